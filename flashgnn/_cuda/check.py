@@ -1,0 +1,47 @@
+"""``python -m flashgnn.cuda --check --arch sm_80,sm_90``: compile every kernel for each
+architecture with NVRTC (no GPU needed) and report registers and spills."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .compiler import compile_source, resources_by_symbol
+from .sources import SOURCES
+
+
+def load_all_sources() -> None:
+    """Import every module that declares kernel sources."""
+    from . import build  # noqa: F401
+
+
+def check(archs: list[str], use_cache: bool) -> int:
+    load_all_sources()
+    failures = 0
+    print(f"{'arch':<7} {'source':<20} {'kernel':<52} {'regs':>5} {'spill st':>9} {'spill ld':>9} {'stack':>6}")
+    for arch in archs:
+        for src in SOURCES.values():
+            try:
+                compiled = compile_source(src, arch, use_cache=use_cache)
+            except RuntimeError as e:
+                failures += 1
+                print(f"{arch:<7} {src.file:<20} FAILED\n{e}", file=sys.stderr)
+                continue
+            res = resources_by_symbol(compiled.log)
+            for name, mangled in compiled.symbols.items():
+                r = res.get(mangled)
+                cols = f"{r.registers:>5} {r.spill_stores:>9} {r.spill_loads:>9} {r.stack:>6}" if r else "    (not reported)"
+                print(f"{arch:<7} {src.file:<20} {name:<52} {cols}")
+    print("FAILED" if failures else "all kernels compiled")
+    return 1 if failures else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flashgnn.cuda", description=__doc__)
+    p.add_argument("--check", action="store_true", help="compile every kernel and report resources")
+    p.add_argument("--arch", default="sm_80,sm_90", help="comma-separated architectures")
+    p.add_argument("--no-cache", action="store_true", help="ignore the on-disk cache")
+    args = p.parse_args(argv)
+    if not args.check:
+        p.print_help()
+        return 2
+    return check([a.strip() for a in args.arch.split(",") if a.strip()], use_cache=not args.no_cache)

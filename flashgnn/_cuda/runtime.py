@@ -1,0 +1,78 @@
+"""Loading compiled kernels on the current device and launching them on the current torch
+stream."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from .compiler import _import_cuda_core, compile_source
+from .sources import KernelSource
+
+MIN_CAPABILITY = (8, 0)
+
+
+def require_device(device: torch.device) -> int:
+    """Index of a usable CUDA device, or a clear error."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("flashgnn: no CUDA device is available (no GPU, or no driver); use CPU tensors")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cap = torch.cuda.get_device_capability(index)
+    if cap < MIN_CAPABILITY:
+        raise RuntimeError(
+            f"flashgnn: {torch.cuda.get_device_name(index)} has compute capability {cap[0]}.{cap[1]}; "
+            "the tensor-core kernels need 8.0 or newer (Ampere, Ada, Hopper)"
+        )
+    return index
+
+
+@functools.lru_cache(maxsize=None)
+def _device(index: int):
+    cc = _import_cuda_core()
+    dev = cc.Device(index)
+    dev.set_current()
+    return dev
+
+
+@functools.lru_cache(maxsize=None)
+def _module(src: KernelSource, index: int):
+    cc = _import_cuda_core()
+    dev = _device(index)
+    major, minor = dev.compute_capability
+    compiled = compile_source(src, f"sm_{major}{minor}")
+    return cc.ObjectCode.from_cubin(compiled.cubin, symbol_mapping=compiled.symbols)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(src: KernelSource, name: str, index: int):
+    """The kernel ``name`` (a declared name expression of ``src``) on device ``index``."""
+    return _module(src, index).get_kernel(name)
+
+
+class _StreamHandle:
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+@functools.lru_cache(maxsize=64)
+def _stream(index: int, handle: int):
+    return _device(index).create_stream(_StreamHandle(handle))
+
+
+def ptr(t: torch.Tensor) -> np.uint64:
+    """A tensor's device address as a kernel argument."""
+    return np.uint64(t.data_ptr())
+
+
+def launch(src: KernelSource, name: str, device: torch.device, grid, block, *args, shmem: int = 0) -> None:
+    """Launch ``name`` from ``src`` on the current torch stream of ``device``.
+    Arguments must be numpy scalars (np.int32, np.int64, np.float32, np.uint64 from ptr())."""
+    cc = _import_cuda_core()
+    index = require_device(device)
+    k = kernel(src, name, index)
+    stream = _stream(index, torch.cuda.current_stream(index).cuda_stream)
+    cc.launch(stream, cc.LaunchConfig(grid=grid, block=block, shmem_size=shmem), k, *args)

@@ -1,0 +1,49 @@
+"""Where the CUDA C++ sources live, and what they must be compiled into."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+
+def kernel_dir() -> Path:
+    """The folder of kernels/*.cu: installed as package data ``flashgnn.kernels``, or the
+    repository's ``kernels/`` when running from a source tree."""
+    try:
+        path = Path(str(resources.files("flashgnn.kernels")))
+        if (path / "common.cuh").is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[2] / "kernels"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One .cu file and the kernel instantiations (NVRTC name expressions) taken from it."""
+
+    file: str
+    name_expressions: tuple[str, ...]
+
+    def text(self) -> str:
+        return (kernel_dir() / self.file).read_text()
+
+    def digest(self) -> str:
+        """Hash of the source and of every header beside it."""
+        h = hashlib.sha256(self.text().encode())
+        for header in sorted(kernel_dir().glob("*.cuh")):
+            h.update(header.name.encode())
+            h.update(header.read_bytes())
+        return h.hexdigest()
+
+
+SOURCES: dict[str, KernelSource] = {}
+
+
+def register(file: str, name_expressions) -> KernelSource:
+    """Declare the instantiations of a source; ``python -m flashgnn.cuda --check`` compiles
+    every declared source."""
+    src = KernelSource(file, tuple(name_expressions))
+    SOURCES[file] = src
+    return src

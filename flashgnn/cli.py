@@ -1,0 +1,26 @@
+"""The ``flashgnn`` command line. Each subcommand lives in its own module, which provides
+``add_arguments(parser)`` and ``run(args) -> int``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "demo": ("flashgnn.demo", "run the sparse ops end to end on a generated graph"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="flashgnn", description="GNNs on tensor cores")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    return importlib.import_module(args._module).run(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""ME-BCRS, the sparse format of FlashSparse, and its CPU reference builder.
+
+Rows are cut into windows of 8 consecutive rows. A *vector* is one column of one window
+that holds at least one nonzero (an 8x1 slice); a window's vectors are sorted by column.
+``k`` consecutive vectors of a window form one tensor-core block (k = 8 for fp16/bf16,
+k = 4 for tf32). Values are stored block after block: a full block as 8 x k values,
+row-major; the window's last block, holding r = n_vec mod k vectors, as 8 x r, row-major,
+with no padding. So vector ``v`` of window ``w`` owns 8 value slots and the whole value
+array has exactly ``8 * n_vectors`` entries.
+
+This module is the executable specification of the format: the GPU builder and every
+kernel are tested against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+WINDOW = 8
+BLOCK_WIDTHS = (8, 4)
+
+
+def _as_index_tensor(a, name: str) -> torch.Tensor:
+    t = torch.as_tensor(a)
+    if t.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{name} must hold int32 or int64 indices, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    return t.to(torch.int64)
+
+
+def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
+    """Raise ValueError unless (indptr, indices) is a canonical CSR pattern of n_cols columns:
+    monotone row pointers, in-range columns, strictly increasing columns within each row."""
+    if indptr.numel() < 1:
+        raise ValueError("indptr must have n_rows + 1 >= 1 entries")
+    if int(indptr[0]) != 0:
+        raise ValueError(f"indptr[0] must be 0, got {int(indptr[0])}")
+    if int(indptr[-1]) != indices.numel():
+        raise ValueError(
+            f"indptr[-1] = {int(indptr[-1])} does not match len(indices) = {indices.numel()}"
+        )
+    if indptr.numel() > 1 and bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError("indptr must be non-decreasing")
+    if indices.numel() == 0:
+        return
+    lo, hi = int(indices.min()), int(indices.max())
+    if lo < 0 or hi >= n_cols:
+        raise ValueError(f"column index out of range [0, {n_cols}): found {lo if lo < 0 else hi}")
+    step = indices[1:] - indices[:-1]
+    same_row = torch.ones_like(step, dtype=torch.bool)
+    row_ends = indptr[1:-1] - 1  # position of the last entry of each row but the final one
+    row_ends = row_ends[(row_ends >= 0) & (row_ends < step.numel())]
+    same_row[row_ends] = False
+    bad = same_row & (step <= 0)
+    if bool(bad.any()):
+        pos = int(bad.nonzero()[0])
+        row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
+        kind = "duplicate" if int(step[pos]) == 0 else "unsorted"
+        raise ValueError(
+            f"{kind} column indices in row {row} (positions {pos} and {pos + 1}); "
+            "columns must be strictly increasing within a row"
+        )
+
+
+@dataclass
+class SlotCoords:
+    """Coordinates of the real (nonzero-pattern) value slots of an ME-BCRS matrix.
+
+    slot, row, col: int64 [nnz], ordered by slot.
+    """
+
+    slot: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+
+
+def vector_windows(row_ptr: torch.Tensor) -> torch.Tensor:
+    """Window of each vector, int64 [n_vectors]."""
+    n_windows = row_ptr.numel() - 1
+    counts = row_ptr[1:] - row_ptr[:-1]
+    return torch.repeat_interleave(torch.arange(n_windows, device=row_ptr.device), counts)
+
+
+def vector_slots(row_ptr: torch.Tensor, k: int) -> torch.Tensor:
+    """Value slots of every vector: int64 [n_vectors, 8], entry [v, r] is the slot of
+    row r of vector v's window in column col_idx[v]."""
+    win = vector_windows(row_ptr)
+    v = torch.arange(win.numel(), device=row_ptr.device)
+    start = row_ptr[win]
+    j = v - start
+    block_start = start + (j // k) * k
+    width = torch.clamp(row_ptr[win + 1] - block_start, max=k)
+    r = torch.arange(WINDOW, device=row_ptr.device)
+    return WINDOW * block_start[:, None] + r[None, :] * width[:, None] + (j - (block_start - start))[:, None]
+
+
+def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
+    """Slot, row and column of every real nonzero, read from the format alone."""
+    slots = vector_slots(row_ptr, k)
+    win = vector_windows(row_ptr)
+    r = torch.arange(WINDOW, device=row_ptr.device)
+    present = ((vec_mask.to(torch.int64)[:, None] >> r[None, :]) & 1).bool()
+    rows = (WINDOW * win[:, None] + r[None, :]).expand_as(slots)
+    cols = col_idx.to(torch.int64)[:, None].expand_as(slots)
+    slot = slots[present]
+    order = torch.argsort(slot)
+    return SlotCoords(slot[order], rows[present][order], cols[present][order])
+
+
+@dataclass
+class MEBCRS:
+    """A sparse n_rows x n_cols matrix in ME-BCRS.
+
+    row_ptr:  int64 [n_windows + 1], offset of each window's first vector.
+    col_idx:  int32 [n_vectors], column of each vector.
+    values:   float [8 * n_vectors], blocks of 8 x k (last block of a window 8 x r), row-major;
+              slots outside the sparsity pattern hold exactly 0.
+    perm:     int64 [nnz], value slot of each nonzero in the CSR order it was built from.
+    vec_mask: uint8 [n_vectors], bit r set when row r of the vector's window is a real nonzero.
+    """
+
+    row_ptr: torch.Tensor
+    col_idx: torch.Tensor
+    values: torch.Tensor
+    perm: torch.Tensor
+    vec_mask: torch.Tensor
+    n_rows: int
+    n_cols: int
+    k: int
+    _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def nnz(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def n_windows(self) -> int:
+        return self.row_ptr.numel() - 1
+
+    @property
+    def n_vectors(self) -> int:
+        return self.col_idx.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_csr(cls, indptr, indices, values=None, n_cols: int | None = None, k: int = 8,
+                 device=None) -> "MEBCRS":
+        """Build from a canonical CSR matrix (sorted, duplicate-free columns in each row).
+
+        indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None
+        (all ones, float32). n_cols defaults to max(indices) + 1. ``device`` chooses where
+        the result lives (``"cuda"`` builds it there); the default is the device of ``indices``.
+        """
+        if k not in BLOCK_WIDTHS:
+            raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
+        indptr_t = _as_index_tensor(indptr, "indptr")
+        indices_t = _as_index_tensor(indices, "indices")
+        if device is None:
+            device = indices_t.device
+        device = torch.device(device)
+        nnz = indices_t.numel()
+        if n_cols is None:
+            n_cols = int(indices_t.max()) + 1 if nnz else 0
+        if n_cols < 0 or n_cols >= 2**31:
+            raise ValueError(f"n_cols must be in [0, 2^31), got {n_cols}")
+        if values is None:
+            values_t = torch.ones(nnz, dtype=torch.float32, device=indices_t.device)
+        else:
+            values_t = torch.as_tensor(values)
+            if values_t.dim() != 1 or values_t.numel() != nnz:
+                raise ValueError(
+                    f"values must be 1-D with one entry per nonzero ({nnz}), got shape {tuple(values_t.shape)}"
+                )
+            if not values_t.is_floating_point():
+                raise ValueError(f"values must be floating point, got {values_t.dtype}")
+        indptr_t = indptr_t.to(indices_t.device)
+        check_csr(indptr_t, indices_t, n_cols)
+        if device.type == "cuda":
+            from ._cuda.build import build_mebcrs_cuda
+
+            return build_mebcrs_cuda(indptr_t, indices_t, values_t, n_cols, k, device)
+        return _build_reference(indptr_t.to(device), indices_t.to(device), values_t.to(device), n_cols, k)
+
+    # ------------------------------------------------------------------ reading
+    def slot_coords(self) -> SlotCoords:
+        return decode_slots(self.row_ptr, self.col_idx, self.vec_mask, self.k)
+
+    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(indptr int64 [n_rows+1], indices int64 [nnz], values [nnz]) in the CSR order
+        the matrix was built from. Decoded from the format, not stored."""
+        c = self.slot_coords()
+        key = c.row * max(self.n_cols, 1) + c.col
+        order = torch.argsort(key)
+        indices = c.col[order]
+        counts = torch.bincount(c.row, minlength=self.n_rows)
+        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
+        indptr[1:] = torch.cumsum(counts, 0)
+        return indptr, indices, self.values[self.perm]
+
+    def to_dense(self) -> torch.Tensor:
+        """Dense [n_rows, n_cols] copy, for small matrices."""
+        c = self.slot_coords()
+        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
+        out[c.row, c.col] = self.values[c.slot]
+        return out
+
+    def with_values(self, values: torch.Tensor) -> "MEBCRS":
+        """Same pattern, new values in the value layout ([8 * n_vectors])."""
+        if values.shape != (WINDOW * self.n_vectors,):
+            raise ValueError(f"values must have shape ({WINDOW * self.n_vectors},), got {tuple(values.shape)}")
+        return replace(self, values=values, _transpose=self._transpose)
+
+    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """Place values given in CSR nonzero order ([nnz]) into the value layout."""
+        if csr_values.shape[:1] != (self.nnz,):
+            raise ValueError(f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}")
+        out = csr_values.new_zeros((WINDOW * self.n_vectors,) + tuple(csr_values.shape[1:]))
+        return out.index_copy(0, self.perm, csr_values)
+
+    def to(self, device) -> "MEBCRS":
+        device = torch.device(device)
+        moved = {name: getattr(self, name).to(device)
+                 for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")}
+        return replace(self, **moved, _transpose=None)
+
+    # ------------------------------------------------------------------ transpose
+    def transpose(self) -> "Transpose":
+        """A^T in ME-BCRS with the same k, built once and cached, with the map of each of
+        its value slots back to A's slots."""
+        if self._transpose is None:
+            self._transpose = _build_transpose(self)
+        return self._transpose
+
+    # ------------------------------------------------------------------ checking
+    def validate(self) -> None:
+        """Check every invariant of the format; raise ValueError naming the first that fails."""
+        def fail(msg):
+            raise ValueError(f"invalid ME-BCRS: {msg}")
+
+        n_win = (self.n_rows + WINDOW - 1) // WINDOW
+        if self.k not in BLOCK_WIDTHS:
+            fail(f"k = {self.k} is not 8 or 4")
+        if self.row_ptr.dtype != torch.int64 or self.row_ptr.shape != (n_win + 1,):
+            fail(f"row_ptr must be int64 [{n_win + 1}], got {self.row_ptr.dtype} {tuple(self.row_ptr.shape)}")
+        if self.col_idx.dtype != torch.int32 or self.col_idx.dim() != 1:
+            fail(f"col_idx must be int32 1-D, got {self.col_idx.dtype} {tuple(self.col_idx.shape)}")
+        n_vec = self.n_vectors
+        if int(self.row_ptr[0]) != 0 or int(self.row_ptr[-1]) != n_vec:
+            fail("row_ptr must start at 0 and end at n_vectors")
+        if bool((self.row_ptr[1:] < self.row_ptr[:-1]).any()):
+            fail("row_ptr is not non-decreasing")
+        if self.values.shape != (WINDOW * n_vec,):
+            fail(f"values must have {WINDOW * n_vec} entries, got {tuple(self.values.shape)}")
+        if self.vec_mask.dtype != torch.uint8 or self.vec_mask.shape != (n_vec,):
+            fail("vec_mask must be uint8 [n_vectors]")
+        if n_vec:
+            cols = self.col_idx.to(torch.int64)
+            if int(cols.min()) < 0 or int(cols.max()) >= self.n_cols:
+                fail("col_idx out of range")
+            win = vector_windows(self.row_ptr)
+            same = win[1:] == win[:-1]
+            if bool((same & (cols[1:] <= cols[:-1])).any()):
+                fail("vectors of a window are not strictly increasing by column")
+            if bool((self.vec_mask == 0).any()):
+                fail("a vector holds no nonzero")
+            last_rows = self.n_rows - WINDOW * win
+            bits = torch.arange(WINDOW, device=self.device)
+            beyond = ((self.vec_mask.to(torch.int64)[:, None] >> bits) & 1).bool() & (bits[None, :] >= last_rows[:, None])
+            if bool(beyond.any()):
+                fail("vec_mask marks a row past n_rows")
+        coords = self.slot_coords()
+        if coords.slot.numel() != self.nnz:
+            fail(f"vec_mask marks {coords.slot.numel()} nonzeros but perm has {self.nnz}")
+        real = torch.zeros(WINDOW * n_vec, dtype=torch.bool, device=self.device)
+        real[coords.slot] = True
+        if bool((self.values[~real] != 0).any()):
+            fail("a slot outside the sparsity pattern holds a nonzero value")
+        key = coords.row * max(self.n_cols, 1) + coords.col
+        csr_slot = coords.slot[torch.argsort(key)]
+        if not torch.equal(csr_slot, self.perm):
+            fail("perm does not map CSR order to the value slots of the pattern")
+
+
+@dataclass
+class Transpose:
+    """A^T of an ME-BCRS matrix A: ``fmt`` is A^T, and ``src_slot`` [nnz] gives, for each
+    real slot ``fmt.perm[i]`` of A^T, the slot of A holding the same nonzero."""
+
+    fmt: MEBCRS
+    src_slot: torch.Tensor
+
+    def values_from(self, a_values: torch.Tensor) -> torch.Tensor:
+        """A^T's value layout filled from A's values ([8 * n_vectors(A)])."""
+        out = a_values.new_zeros(WINDOW * self.fmt.n_vectors)
+        return out.index_copy(0, self.fmt.perm, a_values[self.src_slot])
+
+
+def build_pattern(indptr, indices, n_cols: int, k: int):
+    """(row_ptr, col_idx, perm, vec_mask) of a canonical CSR pattern: the reference builder,
+    vectorised over nonzeros (one sort by (window, column), no loop over rows)."""
+    device = indices.device
+    n_rows = indptr.numel() - 1
+    n_win = (n_rows + WINDOW - 1) // WINDOW
+    nnz = indices.numel()
+    row = torch.repeat_interleave(torch.arange(n_rows, device=device), indptr[1:] - indptr[:-1])
+    win = row >> 3
+    key_sorted, order = torch.sort(win * n_cols + indices, stable=True)
+    is_new = torch.ones(nnz, dtype=torch.bool, device=device)
+    if nnz:
+        is_new[1:] = key_sorted[1:] != key_sorted[:-1]
+    vec = torch.cumsum(is_new, 0) - 1
+    vec_key = key_sorted[is_new]
+    vec_win = vec_key // max(n_cols, 1)
+    col_idx = (vec_key - vec_win * n_cols).to(torch.int32)
+    row_ptr = torch.zeros(n_win + 1, dtype=torch.int64, device=device)
+    row_ptr[1:] = torch.cumsum(torch.bincount(vec_win, minlength=n_win), 0)
+
+    r = row[order] & (WINDOW - 1)
+    start = row_ptr[vec_win[vec]]
+    block_start = start + ((vec - start) // k) * k
+    width = torch.clamp(row_ptr[vec_win[vec] + 1] - block_start, max=k)
+    perm = torch.empty(nnz, dtype=torch.int64, device=device)
+    perm[order] = WINDOW * block_start + r * width + (vec - block_start)
+
+    vec_mask = torch.zeros(col_idx.numel(), dtype=torch.int64, device=device)
+    vec_mask.index_add_(0, vec, torch.ones_like(r) << r)
+    return row_ptr, col_idx, perm, vec_mask.to(torch.uint8)
+
+
+def _build_reference(indptr, indices, values, n_cols, k) -> MEBCRS:
+    row_ptr, col_idx, perm, vec_mask = build_pattern(indptr, indices, n_cols, k)
+    out_values = values.new_zeros(WINDOW * col_idx.numel()).index_copy_(0, perm, values)
+    return MEBCRS(row_ptr, col_idx, out_values, perm, vec_mask, indptr.numel() - 1, n_cols, k)
+
+
+def _build_transpose(a: MEBCRS) -> Transpose:
+    c = a.slot_coords()
+    key = c.col * max(a.n_rows, 1) + c.row  # A^T in CSR order = A's nonzeros sorted by (col, row)
+    order = torch.argsort(key)
+    t_rows, t_cols = c.col[order], c.row[order]
+    counts = torch.bincount(t_rows, minlength=a.n_cols)
+    indptr = torch.zeros(a.n_cols + 1, dtype=torch.int64, device=a.device)
+    indptr[1:] = torch.cumsum(counts, 0)
+    src_slot = c.slot[order]
+    if a.device.type == "cuda":
+        at = MEBCRS.from_csr(indptr, t_cols, a.values[src_slot], n_cols=a.n_rows, k=a.k, device=a.device)
+    else:
+        at = _build_reference(indptr, t_cols, a.values[src_slot], a.n_rows, a.k)
+    return Transpose(at, src_slot)
+

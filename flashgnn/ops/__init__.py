@@ -1,0 +1,7 @@
+"""Sparse ops on ME-BCRS as torch.library custom ops (CPU, CUDA, fake and autograd)."""
+from .edge_softmax import edge_softmax
+from .precision import PRECISIONS
+from .sddmm import sddmm
+from .spmm import spmm
+
+__all__ = ["spmm", "sddmm", "edge_softmax", "PRECISIONS"]

@@ -1,0 +1,49 @@
+"""Unpacking an MEBCRS into the tensors the custom ops take, and checks of dense inputs."""
+from __future__ import annotations
+
+import torch
+
+from ..format import MEBCRS
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def pattern_args(a: MEBCRS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return a.row_ptr, a.col_idx, a.vec_mask
+
+
+def transpose_args(a: MEBCRS, needed: bool) -> tuple:
+    """(t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) of A^T, or five Nones when no
+    gradient will need it (A^T is built once and cached on ``a``)."""
+    if not needed:
+        return (None,) * 5
+    t = a.transpose()
+    return t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, t.fmt.perm, t.src_slot
+
+
+def transposed_values(values, t_col_idx, t_perm, t_src) -> torch.Tensor:
+    """A^T's value layout filled from A's values."""
+    out = values.new_zeros(8 * t_col_idx.numel())
+    return out.index_copy(0, t_perm, values[t_src])
+
+
+def check_dense(name: str, t: torch.Tensor, rows: int, device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _FLOATS:
+        raise ValueError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if t.shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows to match the sparse matrix, got {t.shape[0]}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the sparse matrix is on {device}")
+
+
+def check_values(name: str, t: torch.Tensor, a: MEBCRS) -> None:
+    if t.shape != (8 * a.n_vectors,):
+        raise ValueError(f"{name} must have shape ({8 * a.n_vectors},) (A's value layout), got {tuple(t.shape)}")
+    if t.dtype not in _FLOATS:
+        raise ValueError(f"{name} must be floating point, got {t.dtype}")
+    if t.device != a.device:
+        raise ValueError(f"{name} is on {t.device} but the sparse matrix is on {a.device}")

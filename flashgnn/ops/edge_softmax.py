@@ -1,0 +1,55 @@
+"""Edge softmax: per-row softmax over the real nonzeros of an ME-BCRS matrix."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..format import MEBCRS
+from ._pattern import check_values, pattern_args
+from .precision import compute_dtype
+from .reference import edge_softmax_backward_reference, edge_softmax_reference
+
+
+@torch.library.custom_op("flashgnn::edge_softmax", mutates_args=())
+def edge_softmax_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor,
+                    n_rows: int, k: int) -> Tensor:
+    return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
+
+
+@torch.library.custom_op("flashgnn::edge_softmax_backward", mutates_args=())
+def edge_softmax_backward_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, probs: Tensor,
+                             grad: Tensor, n_rows: int, k: int) -> Tensor:
+    return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
+
+
+@edge_softmax_op.register_fake
+def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
+    return scores.new_empty(scores.shape, dtype=compute_dtype(scores))
+
+
+@edge_softmax_backward_op.register_fake
+def _(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k):
+    return probs.new_empty(probs.shape, dtype=compute_dtype(probs, grad))
+
+
+def _setup_context(ctx, inputs, output):
+    row_ptr, col_idx, vec_mask, scores, n_rows, k = inputs
+    ctx.save_for_backward(row_ptr, col_idx, vec_mask, output)
+    ctx.n_rows, ctx.k, ctx.dtype = n_rows, k, scores.dtype
+
+
+def _backward(ctx, grad):
+    row_ptr, col_idx, vec_mask, probs = ctx.saved_tensors
+    grad_scores = edge_softmax_backward_op(row_ptr, col_idx, vec_mask, probs, grad, ctx.n_rows, ctx.k)
+    return None, None, None, grad_scores.to(ctx.dtype), None, None
+
+
+edge_softmax_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def edge_softmax(a: MEBCRS, scores: Tensor) -> Tensor:
+    """Row-wise softmax of ``scores`` ([8 * n_vectors], A's value layout) over each row's
+    real nonzeros, max-subtracted, in fp32 (float64 for float64 scores). Slots outside the
+    pattern are 0 in the output and never count as neighbours."""
+    check_values("scores", scores, a)
+    return edge_softmax_op(*pattern_args(a), scores, a.n_rows, a.k)

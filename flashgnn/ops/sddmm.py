@@ -1,0 +1,67 @@
+"""SDDMM: (X @ Y^T) sampled on A's nonzeros, in A's value layout."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..format import MEBCRS
+from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
+from .precision import check_precision, compute_dtype
+from .reference import sddmm_reference
+
+
+@torch.library.custom_op("flashgnn::sddmm", mutates_args=())
+def sddmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Tensor,
+             k: int, precision: str,
+             t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
+             t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
+    return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
+
+
+@sddmm_op.register_fake
+def _(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
+    return x.new_empty((8 * col_idx.shape[0],), dtype=compute_dtype(x, y))
+
+
+def _setup_context(ctx, inputs, output):
+    row_ptr, col_idx, vec_mask, x, y, k, precision, *t = inputs
+    ctx.save_for_backward(row_ptr, col_idx, vec_mask, x, y, *t)
+    ctx.k, ctx.precision = k, precision
+
+
+def _backward(ctx, grad):
+    from .spmm import spmm_op
+
+    row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
+    t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
+    grad_x = grad_y = None
+    if ctx.needs_input_grad[3]:
+        grad_x = spmm_op(row_ptr, col_idx, vec_mask, grad, y, x.shape[0], ctx.k, ctx.precision,
+                         False, *t).to(x.dtype)
+    if ctx.needs_input_grad[4]:
+        if t_row_ptr is None:
+            raise RuntimeError("sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it")
+        grad_t = transposed_values(grad, t_col_idx, t_perm, t_src)
+        grad_y = spmm_op(t_row_ptr, t_col_idx, t_vec_mask, grad_t, x, y.shape[0], ctx.k,
+                         ctx.precision, False, row_ptr, col_idx, vec_mask, t_src, t_perm).to(y.dtype)
+    return (None, None, None, grad_x, grad_y) + (None,) * 7
+
+
+sddmm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
+    """out[slot(i, j)] = x[i] . y[j] for every nonzero (i, j) of A; other slots are 0.
+
+    a: MEBCRS [n_rows, n_cols]; x: [n_rows, K]; y: [n_cols, K]. Returns [8 * n_vectors] in
+    float32 (float64 for float64 inputs), A's value layout. A's values are not used.
+    """
+    check_precision(precision)
+    check_dense("x", x, a.n_rows, a.device)
+    check_dense("y", y, a.n_cols, a.device)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+    need_t = torch.is_grad_enabled() and y.requires_grad
+    return sddmm_op(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))

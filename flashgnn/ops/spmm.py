@@ -1,0 +1,71 @@
+"""SpMM: Y = A @ X with A in ME-BCRS."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..format import MEBCRS
+from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
+from .precision import check_precision
+from .reference import spmm_reference
+
+
+@torch.library.custom_op("flashgnn::spmm", mutates_args=())
+def spmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, x: Tensor,
+            n_rows: int, k: int, precision: str, out_fp32: bool,
+            t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
+            t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
+    return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
+
+
+@spmm_op.register_fake
+def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
+    return x.new_empty((n_rows, x.shape[1]), dtype=torch.float32 if out_fp32 else x.dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t = inputs
+    ctx.save_for_backward(row_ptr, col_idx, vec_mask, values, x, *t)
+    ctx.k, ctx.precision = k, precision
+
+
+def _backward(ctx, grad):
+    row_ptr, col_idx, vec_mask, values, x, *t = ctx.saved_tensors
+    grad_values = grad_x = None
+    if ctx.needs_input_grad[3]:
+        from .sddmm import sddmm_op
+
+        grad_values = sddmm_op(row_ptr, col_idx, vec_mask, grad, x, ctx.k, ctx.precision,
+                               *t).to(values.dtype)
+    if ctx.needs_input_grad[4]:
+        t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
+        if t_row_ptr is None:
+            raise RuntimeError("spmm: the gradient of X needs A^T; call flashgnn.ops.spmm, which builds it")
+        t_values = transposed_values(values, t_col_idx, t_perm, t_src)
+        # A^T's own transpose is A, with the slot pairs swapped
+        grad_x = spmm_op(t_row_ptr, t_col_idx, t_vec_mask, t_values, grad, x.shape[0], ctx.k,
+                         ctx.precision, False, row_ptr, col_idx, vec_mask, t_src, t_perm).to(x.dtype)
+    return (None, None, None, grad_values, grad_x) + (None,) * 9
+
+
+spmm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None = None,
+         out_fp32: bool = False) -> Tensor:
+    """Y = A @ X.
+
+    a: MEBCRS [n_rows, n_cols]; x: [n_cols, N] float16/bfloat16/float32/float64;
+    values: A's values in its value layout ([8 * n_vectors]) to use instead of ``a.values``
+    (differentiable). Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
+    Inputs are rounded to ``precision``'s storage type; products accumulate in fp32.
+    """
+    check_precision(precision)
+    values = a.values if values is None else values
+    check_values("values", values, a)
+    check_dense("x", x, a.n_cols, a.device)
+    need_t = torch.is_grad_enabled() and x.requires_grad
+    return spmm_op(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
+                   *transpose_args(a, need_t))
