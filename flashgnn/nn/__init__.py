@@ -1,0 +1,1 @@
+"""GNN layers on ME-BCRS ops."""

@@ -1,0 +1,1 @@
+"""GNN networks built from flashgnn.nn layers (installed as flashgnn.models)."""
