@@ -1,0 +1,112 @@
+"""Helpers shared by the test modules: GPU marks, error measures, random CSR matrices and the
+real graphs of ../shared/datasets.
+
+Use ``from tests.helpers import ...``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+GPU = [pytest.mark.gpu, requires_gpu]
+"""Marks of a GPU test: ``pytestmark = GPU`` or ``pytest.param(..., marks=GPU)``."""
+
+
+def needs_gpu(test):
+    """Decorator: mark ``test`` as a GPU test, skipped with the reason where no GPU is present."""
+    return pytest.mark.gpu(requires_gpu(test))
+
+
+def rel_err(a, ref) -> float:
+    """||a - ref|| / ||ref|| in float64 (Frobenius); ||a|| when ref is all zeros."""
+    a = torch.as_tensor(a).detach().cpu().to(torch.float64)
+    ref = torch.as_tensor(ref).detach().cpu().to(torch.float64)
+    if a.shape != ref.shape:
+        raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(ref.shape)}")
+    diff = torch.linalg.vector_norm(a - ref).item()
+    scale = torch.linalg.vector_norm(ref).item()
+    return diff / scale if scale > 0 else diff
+
+
+def random_values(n: int, rng: np.random.Generator) -> np.ndarray:
+    """float64 [n], magnitudes in [0.5, 1.5) with random signs: never zero, so a value that
+    lands in the wrong slot or is lost cannot go unnoticed."""
+    return rng.uniform(0.5, 1.5, n) * rng.choice([-1.0, 1.0], n)
+
+
+def random_csr(n_rows: int, n_cols: int, density: float, rng: np.random.Generator, *,
+               dtype=np.float64, index_dtype=np.int32) -> sp.csr_matrix:
+    """Canonical scipy CSR (sorted, duplicate-free columns) with about ``density * n_rows *
+    n_cols`` nonzeros at uniform random positions; values from ``random_values``."""
+    nnz = int(round(density * n_rows * n_cols))
+    flat = np.unique(rng.integers(0, max(n_rows * n_cols, 1), nnz)) if n_rows * n_cols else np.zeros(0, np.int64)
+    return csr_from_coo(flat // max(n_cols, 1), flat % max(n_cols, 1), (n_rows, n_cols), rng,
+                        dtype=dtype, index_dtype=index_dtype)
+
+
+def csr_from_coo(rows, cols, shape: tuple[int, int], rng: np.random.Generator, *, dtype=np.float64,
+                 index_dtype=np.int32) -> sp.csr_matrix:
+    """Canonical CSR of the distinct positions (rows[i], cols[i]) with ``random_values``."""
+    pattern = sp.csr_matrix((np.ones(len(rows)), (np.asarray(rows), np.asarray(cols))), shape=shape)
+    pattern.sum_duplicates()
+    pattern.sort_indices()
+    m = sp.csr_matrix((random_values(pattern.nnz, rng).astype(dtype), pattern.indices, pattern.indptr),
+                      shape=shape)
+    m.indptr = m.indptr.astype(index_dtype)
+    m.indices = m.indices.astype(index_dtype)
+    return m
+
+
+def data_dir() -> Path | None:
+    """The real datasets: ``$FLASHGNN_DATA``, default ``<repo>/../shared/datasets``; None when absent."""
+    path = Path(os.environ.get("FLASHGNN_DATA") or REPO_ROOT.parent / "shared" / "datasets")
+    return path if path.is_dir() else None
+
+
+def graph_names() -> list[str]:
+    """Names of the graph files (every .npz but the DLMC weight collection), sorted."""
+    root = data_dir()
+    if root is None:
+        return []
+    return sorted(p.stem for p in root.glob("*.npz") if not p.stem.startswith("dlmc"))
+
+
+def load_npz_graph(name: str) -> sp.csr_matrix:
+    """Adjacency of graph ``name`` as an n x n scipy CSR of float32 ones (int32 indices)."""
+    root = data_dir()
+    if root is None:
+        pytest.skip("datasets not found: set FLASHGNN_DATA or provide ../shared/datasets")
+    with np.load(root / f"{name}.npz") as d:
+        indptr, indices, n = d["indptr"], d["indices"], int(d["num_nodes"])
+    return sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(n, n))
+
+
+DLMC_FILE = "dlmc_rn50_magnitude_pruning.npz"
+
+
+def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
+    """(name, pattern as a scipy CSR of float32 ones) of the DLMC matrices at ``indices``."""
+    root = data_dir()
+    if root is None or not (root / DLMC_FILE).is_file():
+        pytest.skip(f"{DLMC_FILE} not found: set FLASHGNN_DATA or provide ../shared/datasets")
+    out = []
+    with np.load(root / DLMC_FILE) as d:
+        names, shapes = d["names"], d["shapes"]
+        indptr_all, indices_all = d["indptr_all"], d["indices_all"]
+        indptr_off, indices_off = d["indptr_off"], d["indices_off"]
+        for i in indices:
+            n_rows, n_cols, nnz = (int(s) for s in shapes[i])
+            indptr = indptr_all[indptr_off[i]:indptr_off[i + 1]].astype(np.int32)
+            cols = indices_all[indices_off[i]:indices_off[i + 1]].astype(np.int32)
+            assert len(indptr) == n_rows + 1 and len(cols) == nnz
+            out.append((str(names[i]), sp.csr_matrix((np.ones(nnz, np.float32), cols, indptr),
+                                                      shape=(n_rows, n_cols))))
+    return out
