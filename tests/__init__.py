@@ -1,0 +1,1 @@
+"""flashgnn's test suite; a package so that tests share ``tests.helpers``."""
