@@ -8,6 +8,7 @@ import sys
 
 SUBCOMMANDS = {
     "demo": ("flashgnn.demo", "run the sparse ops end to end on a generated graph"),
+    "bench": ("flashgnn.bench", "benchmarks (kernels: SpMM and SDDMM against cuSPARSE)"),
 }
 
 

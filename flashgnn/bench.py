@@ -1,0 +1,24 @@
+"""``flashgnn bench <benchmark>``: the benchmarks of ``flashgnn.benchmarking``, each a module
+with ``add_arguments(parser)`` and ``run(args) -> int``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "kernels": ("flashgnn.benchmarking.kernels", "SpMM and SDDMM on ME-BCRS against cuSPARSE"),
+}
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="benchmark", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        mod = importlib.import_module(module)
+        b = sub.add_parser(name, help=help_text, description=mod.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        b.set_defaults(_benchmark_module=module)
+        mod.add_arguments(b)
+
+
+def run(args) -> int:
+    return importlib.import_module(args._benchmark_module).run(args)

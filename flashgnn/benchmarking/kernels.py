@@ -1,0 +1,385 @@
+"""``flashgnn bench kernels``: ME-BCRS SpMM and SDDMM against cuSPARSE (through torch.sparse)
+on the real graphs and on generated power-law graphs at OGB scale.
+
+ms: median of per-call CUDA-event times after warm-up, each call with a cold L2 (timing.py).
+GFLOPS: 2 * nnz * N / t, real nonzeros only (padding slots of 8x1 vectors do not count).
+Effective GB/s: bytes / t, counting every array once, and the gathered dense rows once per
+vector (ours) or per nonzero (CSR), the minimum a kernel without reuse across windows moves:
+  SpMM ME-BCRS:   row_ptr + col_idx + values (8 per vector) + X, n_vectors * N + Y, n_rows * N
+  SpMM CSR:       indptr + indices + values + X, nnz * N + Y, n_rows * N
+  SDDMM ME-BCRS:  row_ptr + col_idx + vec_mask + X, n_rows * K + Y, n_vectors * K + out, 8 per vector
+  SDDMM CSR:      indptr + indices + X, n_rows * K + Y, nnz * K + out, nnz
+each element at its stored size. Our kernels get X, Y and the values in the precision's
+storage type (fp16, bf16; float32 for tf32 and fp32); the baselines are float32 CSR with int32
+indices: torch.sparse.mm (cuSPARSE SpMM) and torch.sparse.sampled_addmm (cuSPARSE SDDMM,
+beta * input + alpha * (mat1 @ mat2) on input's pattern, here with beta = 0, so exactly X Y^T
+sampled on A). The ME-BCRS format is built once per graph and block width k (k = 4 for tf32,
+8 otherwise) by the GPU builder; its time is reported in rows of op "build", never inside an
+op's time.
+"""
+from __future__ import annotations
+
+import datetime
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..format import MEBCRS
+from ..ops import PRECISIONS, sddmm, spmm
+from . import table
+from .graphs import DEFAULT_CACHE_DIR, GENERATED, BenchGraph, data_dir, load_graph, resolve_names
+from .table import Row
+from .timing import Timer
+
+OPS = ("spmm", "sddmm")
+DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
+DEFAULT_PRECISIONS = {"spmm": ("fp16", "bf16", "tf32", "fp32"), "sddmm": ("fp16", "bf16", "tf32")}
+BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
+ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
+STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
+QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
+
+
+def block_width(precision: str) -> int:
+    return 4 if precision == "tf32" else 8
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--graphs", default="all",
+                   help="comma list of graph names, or real, generated, all (default all)")
+    p.add_argument("--ops", default=",".join(OPS), help="comma list of spmm, sddmm")
+    p.add_argument("--precisions", default=None,
+                   help="comma list of fp16, bf16, tf32, fp32 (default: SpMM all four, SDDMM fp16, bf16, tf32)")
+    p.add_argument("--sizes", default=None, help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}")
+    p.add_argument("--check", action="store_true",
+                   help="check every timed result against float64 torch.sparse and show the relative error")
+    p.add_argument("--csv", type=Path, help="write every row to this CSV file")
+    p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5, quick 2)")
+    p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 30, quick 10)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _split(text: str, allowed, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad or not items:
+        raise ValueError(f"--{what}: expected a comma list of {', '.join(allowed)}, got {text!r}")
+    return items
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--sizes: expected a comma list of positive integers, got {text!r}")
+    return sizes
+
+
+def _describe(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:200]
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    diff = torch.linalg.vector_norm(out.to(torch.float64) - ref).item()
+    scale = torch.linalg.vector_norm(ref).item()
+    return diff / scale if scale > 0 else diff
+
+
+class KernelBench:
+    """Runs the configurations of one graph after another and collects their rows."""
+
+    def __init__(self, device: torch.device, timer: Timer, plan: dict[str, tuple[list[int], list[str]]],
+                 check: bool, seed: int):
+        self.device, self.timer, self.plan, self.check, self.seed = device, timer, plan, check, seed
+        self.rows: list[Row] = []
+        self.graphs: list[dict] = []
+
+    # ------------------------------------------------------------------ one graph
+    def run_graph(self, g: BenchGraph) -> None:
+        dev = self.device
+        gen = torch.Generator(dev).manual_seed(self.seed)
+        with torch.no_grad():
+            indptr = torch.from_numpy(g.indptr).to(dev)
+            indices = torch.from_numpy(g.indices).to(dev)
+            values = torch.rand(g.nnz, generator=gen, device=dev) + 0.5
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+                csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes),
+                                              check_invariants=False)  # canonical by construction
+            csr64 = csr.to(torch.float64) if self.check else None
+            ks = sorted({block_width(p) for _, precisions in self.plan.values() for p in precisions}, reverse=True)
+            formats = {k: self._build(g, indptr, indices, values, k) for k in ks}
+            del indptr, indices
+            info = {"graph": g.name, "nodes": g.num_nodes, "nnz": g.nnz}
+            built = next((f for f in formats.values() if f is not None), None)
+            if built is not None:  # the vectors do not depend on k
+                info["vectors"] = built.n_vectors
+                info["nnz/vector"] = round(g.nnz / max(built.n_vectors, 1), 3)
+            self.graphs.append(info)
+            for op, (sizes, precisions) in self.plan.items():
+                for size in sizes:
+                    getattr(self, f"_{op}")(g, csr, csr64, formats, size, precisions, gen)
+        del csr, csr64, formats
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _build(self, g: BenchGraph, indptr, indices, values, k: int) -> MEBCRS | None:
+        row = Row(g.name, g.nnz, "build", f"k{k}")
+        fmt = self._measure(row, lambda: MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes,
+                                                         k=k, device=self.device),
+                            flops=0, nbytes=0, warmup=1, iters=3)
+        return fmt
+
+    def _spmm(self, g, csr, csr64, formats, n: int, precisions, gen) -> None:
+        x = torch.randn(g.num_nodes, n, generator=gen, device=self.device)
+        ref = torch.sparse.mm(csr64, x.to(torch.float64)) if self.check else None
+        flops = 2 * g.nnz * n
+        csr_bytes = _csr_bytes(g) + 4 * g.nnz + 4 * n * (g.nnz + g.num_nodes)
+        base = Row(g.name, g.nnz, "spmm", BASELINE["spmm"], n)
+        self._measure(base, lambda: torch.sparse.mm(csr, x), flops, csr_bytes,
+                      check=None if ref is None else lambda out: (_rel_err(out, ref), None),
+                      bound=ERROR_BOUND["fp32"])
+        for precision in precisions:
+            row = Row(g.name, g.nnz, "spmm", precision, n)
+            fmt = formats[block_width(precision)]
+            if fmt is None:
+                self.skip(row, "the format build failed")
+                continue
+            xs = x.to(STORAGE[precision])
+            vals = fmt.values.to(STORAGE[precision])
+            size = xs.element_size()
+            nbytes = _mebcrs_bytes(fmt) + 8 * fmt.n_vectors * size + size * n * (fmt.n_vectors + g.num_nodes)
+            self._measure(row, lambda: spmm(fmt, xs, precision, values=vals), flops, nbytes,
+                          check=None if ref is None else lambda out: (_rel_err(out, ref), None),
+                          bound=ERROR_BOUND[precision], baseline=base)
+
+    def _sddmm(self, g, csr, csr64, formats, k_dim: int, precisions, gen) -> None:
+        x = torch.randn(g.num_nodes, k_dim, generator=gen, device=self.device)
+        y = torch.randn(g.num_nodes, k_dim, generator=gen, device=self.device)
+        ref = None
+        if self.check:
+            ref = torch.sparse.sampled_addmm(csr64, x.to(torch.float64), y.to(torch.float64).t(),
+                                             beta=0.0).values()
+        flops = 2 * g.nnz * k_dim
+        csr_bytes = _csr_bytes(g) + 4 * k_dim * (g.num_nodes + g.nnz) + 4 * g.nnz
+        base = Row(g.name, g.nnz, "sddmm", BASELINE["sddmm"], k_dim)
+        self._measure(base, lambda: torch.sparse.sampled_addmm(csr, x, y.t(), beta=0.0), flops, csr_bytes,
+                      check=None if ref is None else lambda out: (_rel_err(out.values(), ref), None),
+                      bound=ERROR_BOUND["fp32"])
+        for precision in precisions:
+            row = Row(g.name, g.nnz, "sddmm", precision, k_dim)
+            fmt = formats[block_width(precision)]
+            if fmt is None:
+                self.skip(row, "the format build failed")
+                continue
+            xs, ys = x.to(STORAGE[precision]), y.to(STORAGE[precision])
+            size = xs.element_size()
+            nbytes = (_mebcrs_bytes(fmt) + fmt.n_vectors + size * k_dim * (g.num_nodes + fmt.n_vectors)
+                      + 4 * 8 * fmt.n_vectors)
+            self._measure(row, lambda: sddmm(fmt, xs, ys, precision), flops, nbytes,
+                          check=None if ref is None else _sddmm_check(fmt, ref),
+                          bound=ERROR_BOUND[precision], baseline=base)
+
+    # ------------------------------------------------------------------ one row
+    def _measure(self, row: Row, fn, flops: int, nbytes: int, *, check=None, bound: float | None = None,
+                 baseline: Row | None = None, warmup: int | None = None, iters: int | None = None):
+        """Time ``fn`` into ``row``; a failure is written into the row, never raised, so one
+        failing kernel does not end the run. Returns fn's result, None on failure."""
+        result = None
+        try:
+            m = self.timer(fn, warmup=warmup, iters=iters)
+            result = m.result
+            row.ms = m.ms
+            if flops:
+                row.gflops = flops / m.ms / 1e6
+            if nbytes:
+                row.gbps = nbytes / m.ms / 1e6
+            if m.extra_bytes is not None:
+                row.extra_mb = m.extra_bytes / 2**20
+            if baseline is not None and baseline.ms and not baseline.error:
+                row.speedup = baseline.ms / m.ms
+            if check is not None:
+                row.rel_err, problem = check(result)
+                if problem is None and not row.rel_err <= bound:  # also catches NaN
+                    problem = f"relative error {row.rel_err:.1e} above {bound:.0e}"
+                if problem:
+                    row.error = f"check failed: {problem}"
+        except Exception as e:  # noqa: BLE001 - recorded in the table instead
+            row.error = _describe(e)
+            result = None
+            if isinstance(e, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+        self._add(row)
+        return result
+
+    def skip(self, row: Row, reason: str) -> None:
+        row.error = f"not run: {reason}"
+        self._add(row)
+
+    def _add(self, row: Row) -> None:
+        self.rows.append(row)
+        units = {"ms": " ms", "gflops": " GFLOPS", "gbps": " GB/s", "speedup": " of base", "rel_err": " err"}
+        cols = ["graph", "op", "impl", "size", *units, "error"]
+        text = table.cells([row], cols)[0]
+        print("  ".join(c + units.get(name, "") for name, c in zip(cols, text) if c), flush=True)
+
+
+def _csr_bytes(g: BenchGraph) -> int:
+    return 4 * (g.num_nodes + 1) + 4 * g.nnz
+
+
+def _mebcrs_bytes(fmt: MEBCRS) -> int:
+    return 8 * (fmt.n_windows + 1) + 4 * fmt.n_vectors
+
+
+def _sddmm_check(fmt: MEBCRS, ref: torch.Tensor):
+    """Relative error of the real slots (in CSR order) and a problem when a padding slot is not 0."""
+    def check(out):
+        padding = torch.ones(out.numel(), dtype=torch.bool, device=out.device)
+        padding[fmt.perm] = False
+        written = int(torch.count_nonzero(out[padding]))
+        return _rel_err(out[fmt.perm], ref), f"{written} padding slots are not 0" if written else None
+    return check
+
+
+# ---------------------------------------------------------------------- reporting
+def summary(rows: list[Row], real: set[str], generated: list[str]) -> tuple[list[str], list[list[str]]]:
+    """One line per (op, precision, size) of our kernels: geometric-mean speedup over the real
+    graphs, speedup and effective GB/s on each generated graph, and how many rows failed."""
+    mean = {(r.op, r.impl, r.size): r for r in table.geomean_rows(rows, real, "geomean")}
+    by_graph = {(r.graph, r.op, r.impl, r.size): r for r in rows}
+    keys = list(dict.fromkeys((r.op, r.impl, r.size) for r in rows
+                              if r.op in OPS and r.impl in PRECISIONS))
+    header = ["op", "precision", "N/K", f"geomean x (real, {len(real)})"] + list(generated)
+    header.append("failed")
+    body = []
+    for op, impl, size in keys:
+        m = mean.get((op, impl, size))
+        line = [op, impl, str(size), f"{m.speedup:.2f}x" if m else ""]
+        for g in generated:
+            r = by_graph.get((g, op, impl, size))
+            if r is not None and r.error:
+                line.append("error")
+            elif r is not None and r.speedup:
+                line.append(f"{r.speedup:.2f}x, {r.gbps:.0f} GB/s")
+            else:
+                line.append("")
+        line.append(str(sum(1 for r in rows if (r.op, r.impl, r.size) == (op, impl, size) and r.error)))
+        body.append(line)
+    return header, body
+
+
+def copy_bandwidth_gbps(timer: Timer) -> float:
+    """Device-to-device copy of 1 GiB: (bytes read + bytes written) / time."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=timer.device)
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src)).ms
+    return 2 * src.numel() / ms / 1e6
+
+
+def _copy_bandwidth_text(timer: Timer) -> str:
+    try:
+        return f"{copy_bandwidth_gbps(timer):.0f} GB/s (device-to-device copy, read + write)"
+    except Exception as e:  # noqa: BLE001 - e.g. a kernel left the context unusable
+        return f"not measured ({_describe(e)})"
+
+
+def environment(timer: Timer) -> dict[str, str]:
+    device = timer.device
+    env = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "torch": torch.__version__, "python": platform.python_version(), "command": " ".join(sys.argv)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, cuda=str(torch.version.cuda), sms=str(props.multi_processor_count),
+                   memory_gib=f"{props.total_memory / 2**30:.0f}",
+                   copy_bandwidth=_copy_bandwidth_text(timer))
+    else:
+        env.update(cpu=platform.processor() or platform.machine())
+    return env
+
+
+def markdown(env: dict, summary_table, rows: list[Row], graphs: list[dict]) -> str:
+    cols = table.used_columns(rows)
+    graph_cols = list(dict.fromkeys(k for g in graphs for k in g))
+    parts = [
+        "# Kernel benchmark",
+        "",
+        "\n".join(f"- {k}: {v}" for k, v in env.items()),
+        "",
+        "Method, GFLOPS and GB/s formulas: `flashgnn/benchmarking/kernels.py` docstring. Speedup "
+        "(x base) = time of the fp32 cuSPARSE baseline / time; geomean over the real graphs.",
+        "",
+        "## Summary",
+        "",
+        table.markdown_table(*summary_table),
+        "",
+        "## Graphs",
+        "",
+        table.markdown_table(graph_cols, [[f"{g.get(c, ''):,}" if isinstance(g.get(c), int) else str(g.get(c, ''))
+                                           for c in graph_cols] for g in graphs]),
+        "",
+        "## All rows",
+        "",
+        table.markdown_table(table.headers(cols), table.cells(rows, cols)),
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def run(args) -> int:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("flashgnn bench kernels: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
+        return 2
+    ops = _split(args.ops, OPS, "ops")
+    chosen = _split(args.precisions, PRECISIONS, "precisions") if args.precisions else None
+    sizes = _sizes(args.sizes) if args.sizes else None
+    plan = {op: (sizes or list(DEFAULT_SIZES[op]), chosen or list(DEFAULT_PRECISIONS[op])) for op in ops}
+    root = data_dir(args.data)
+    names = resolve_names(args.graphs, root)
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
+    iters = args.iters if args.iters is not None else (10 if args.quick else 30)
+    timer = Timer(device, warmup, iters)
+    bench = KernelBench(device, timer, plan, args.check, args.seed)
+    scale = QUICK_SCALE if args.quick else 1
+    real, generated = set(), []
+    for name in names:
+        try:
+            g = load_graph(name, root, scale, args.cache_dir)
+        except Exception as e:  # noqa: BLE001 - recorded in the table instead
+            bench.skip(Row(name, 0, "load", ""), _describe(e))
+            continue
+        (generated.append(g.name) if g.generated else real.add(g.name))
+        print(f"== {g.name}: {g.num_nodes:,} nodes, {g.nnz:,} nonzeros", flush=True)
+        bench.run_graph(g)
+        del g
+
+    rows = bench.rows + table.geomean_rows(bench.rows, real, "geomean real")
+    summary_table = summary(bench.rows, real, generated)
+    peak = timer.peak_bytes
+    env = environment(timer)
+    if peak is not None:
+        env["peak_memory"] = f"{peak / 2**30:.2f} GiB allocated"
+    if args.csv:
+        table.write_csv(rows, args.csv)
+    if args.markdown:
+        args.markdown.write_text(markdown(env, summary_table, rows, bench.graphs))
+    failed = [r for r in bench.rows if r.error]
+    print()
+    for r in failed:
+        print(f"FAILED {r.graph} {r.op} {r.impl} {r.size or ''}: {r.error}")
+    print("  ".join(f"{k}: {env[k]}" for k in ("gpu", "copy_bandwidth", "peak_memory") if k in env))
+    print(table.text_table(*summary_table))
+    return 1 if failed else 0

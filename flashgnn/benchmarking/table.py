@@ -1,0 +1,96 @@
+"""Benchmark result rows and their tables: CSV, Markdown, and aligned text for the terminal."""
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class Row:
+    """One measured configuration. ``impl`` is the precision of our kernel, the baseline's
+    name, or ``k8``/``k4`` for a format build; ``size`` is N (SpMM) or K (SDDMM);
+    ``speedup`` = baseline ms / ms; ``rel_err`` against float64 (``--check``);
+    ``extra_mb``: device memory the call allocated (output + workspace)."""
+
+    graph: str
+    nnz: int | None
+    op: str
+    impl: str
+    size: int | None = None
+    ms: float | None = None
+    gflops: float | None = None
+    gbps: float | None = None
+    speedup: float | None = None
+    rel_err: float | None = None
+    extra_mb: float | None = None
+    error: str = ""
+
+
+COLUMNS = [f.name for f in fields(Row)]
+_HEADERS = {"size": "N/K", "gbps": "GB/s", "gflops": "GFLOPS", "speedup": "x base",
+            "rel_err": "rel err", "extra_mb": "op MB"}
+
+
+def geomean_rows(rows: list[Row], graphs: set[str], label: str) -> list[Row]:
+    """Geometric-mean speedup per (op, impl, size) over the rows of ``graphs`` that have one;
+    ``graph`` of the result is ``label (n graphs)``."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.graph in graphs and r.speedup and not r.error:
+            groups[(r.op, r.impl, r.size)].append(r.speedup)
+    return [
+        Row(f"{label} ({len(v)} graphs)", None, op, impl, size,
+            speedup=math.exp(sum(map(math.log, v)) / len(v)))
+        for (op, impl, size), v in groups.items()
+    ]
+
+
+def _cell(name: str, value) -> str:
+    if value is None or value == "":
+        return ""
+    if name == "rel_err":
+        return f"{value:.1e}"
+    if name == "speedup":
+        return f"{value:.2f}x"
+    if name == "nnz":
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
+    return [[_cell(c, getattr(r, c)) for c in columns] for r in rows]
+
+
+def used_columns(rows: list[Row]) -> list[str]:
+    """The columns that hold a value in at least one row."""
+    return [c for c in COLUMNS if any(getattr(r, c) not in (None, "") for r in rows)]
+
+
+def text_table(header: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) if c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths))
+              for row in body]
+    return "\n".join(lines)
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def headers(columns: list[str]) -> list[str]:
+    return [_HEADERS.get(c, c) for c in columns]
+
+
+def write_csv(rows: list[Row], path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})

@@ -1,0 +1,128 @@
+"""The kernel benchmark harness (``flashgnn bench kernels``), run on the CPU on a tiny real
+graph: rows, formulas, --check, and that a failing or wrong kernel is recorded, not hidden."""
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+from flashgnn.benchmarking import kernels as kernel_bench
+from flashgnn.benchmarking.graphs import load_graph
+from flashgnn.cli import main
+
+GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
+
+
+def _run(tmp_path, data_dir, *extra):
+    out = tmp_path / "rows.csv"
+    md = tmp_path / "rows.md"
+    code = main(["bench", "kernels", "--device", "cpu", "--graphs", GRAPH, "--data", str(data_dir),
+                 "--sizes", "8", "--warmup", "0", "--iters", "1", "--csv", str(out), "--markdown", str(md),
+                 *extra])
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    return code, rows, md.read_text()
+
+
+def _find(rows, op, impl, graph=GRAPH):
+    (row,) = [r for r in rows if r["graph"] == graph and r["op"] == op and r["impl"] == impl]
+    return row
+
+
+def test_rows_formulas_and_check(tmp_path, data_dir):
+    code, rows, md = _run(tmp_path, data_dir, "--check")
+    assert code == 0
+    nnz = 558
+    assert {(r["op"], r["impl"]) for r in rows if r["graph"] == GRAPH} == {
+        ("build", "k8"), ("build", "k4"),
+        ("spmm", "torch.sparse.mm fp32"), ("spmm", "fp16"), ("spmm", "bf16"), ("spmm", "tf32"), ("spmm", "fp32"),
+        ("sddmm", "sampled_addmm fp32"), ("sddmm", "fp16"), ("sddmm", "bf16"), ("sddmm", "tf32"),
+    }
+    for r in rows:
+        assert r["error"] == ""
+        if r["graph"] != GRAPH or r["op"] == "build":
+            continue
+        ms = float(r["ms"])
+        assert float(r["gflops"]) == pytest.approx(2 * nnz * 8 / ms / 1e6)
+        bound = kernel_bench.ERROR_BOUND.get(r["impl"], 1e-5)
+        assert 0 <= float(r["rel_err"]) <= bound
+    for op, base in kernel_bench.BASELINE.items():
+        base_ms = float(_find(rows, op, base)["ms"])
+        for precision in ("fp16", "bf16", "tf32"):
+            r = _find(rows, op, precision)
+            assert float(r["speedup"]) == pytest.approx(base_ms / float(r["ms"]))
+    geo = _find(rows, "spmm", "fp16", graph="geomean real (1 graphs)")
+    assert float(geo["speedup"]) == pytest.approx(float(_find(rows, "spmm", "fp16")["speedup"]))
+    assert "## Summary" in md and GRAPH in md
+
+
+def test_effective_bytes_of_spmm(tmp_path, data_dir):
+    """GB/s of our fp16 SpMM counts row_ptr, col_idx, fp16 values (8 per vector), X gathered
+    once per vector and Y written once."""
+    _, rows, _ = _run(tmp_path, data_dir, "--ops", "spmm", "--precisions", "fp16")
+    from flashgnn import MEBCRS
+
+    g = load_graph(GRAPH, data_dir)
+    fmt = MEBCRS.from_csr(g.indptr, g.indices, n_cols=g.num_nodes)
+    n_win, n_vec, n = fmt.n_windows, fmt.n_vectors, 8
+    expected = 8 * (n_win + 1) + 4 * n_vec + 2 * 8 * n_vec + 2 * n * n_vec + 2 * n * g.num_nodes
+    r = _find(rows, "spmm", "fp16")
+    assert float(r["gbps"]) == pytest.approx(expected / float(r["ms"]) / 1e6)
+
+
+def test_a_failing_kernel_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monkeypatch):
+    real_spmm = kernel_bench.spmm
+
+    def spmm_failing_in_bf16(a, x, precision, **kw):
+        if precision == "bf16":
+            raise RuntimeError("launch failed\nsecond line")
+        return real_spmm(a, x, precision, **kw)
+
+    monkeypatch.setattr(kernel_bench, "spmm", spmm_failing_in_bf16)
+    code, rows, _ = _run(tmp_path, data_dir, "--ops", "spmm", "--check")
+    assert code == 1
+    assert _find(rows, "spmm", "bf16")["error"] == "RuntimeError: launch failed"
+    assert _find(rows, "spmm", "bf16")["ms"] == ""
+    for precision in ("fp16", "tf32", "fp32"):
+        assert _find(rows, "spmm", precision)["error"] == ""
+
+
+def test_wrong_results_are_flagged(tmp_path, data_dir, monkeypatch):
+    real_sddmm = kernel_bench.sddmm
+
+    def sddmm_writing_padding(a, x, y, precision):
+        out = real_sddmm(a, x, y, precision)
+        padding = torch.ones(out.numel(), dtype=torch.bool)
+        padding[a.perm] = False
+        out[padding] = 1.0
+        if precision == "fp16":
+            out[a.perm[:5]] += 100.0
+        return out
+
+    monkeypatch.setattr(kernel_bench, "sddmm", sddmm_writing_padding)
+    code, rows, _ = _run(tmp_path, data_dir, "--ops", "sddmm", "--check")
+    assert code == 1
+    fp16 = _find(rows, "sddmm", "fp16")
+    assert fp16["error"].startswith("check failed: ") and float(fp16["rel_err"]) > 1e-2
+    bf16 = _find(rows, "sddmm", "bf16")
+    assert bf16["error"].endswith("padding slots are not 0") and float(bf16["rel_err"]) < 1e-2
+
+
+def test_bad_options_are_clear(data_dir):
+    with pytest.raises(ValueError, match="--ops"):
+        main(["bench", "kernels", "--device", "cpu", "--ops", "spmv"])
+    with pytest.raises(ValueError, match="--sizes"):
+        main(["bench", "kernels", "--device", "cpu", "--sizes", "0"])
+    with pytest.raises(ValueError, match="unknown graph 'nope'"):
+        main(["bench", "kernels", "--device", "cpu", "--graphs", "nope", "--data", str(data_dir)])
+
+
+def test_generated_graph_is_cached(tmp_path):
+    first = load_graph("powerlaw_products", None, scale_divisor=1000, cache_dir=tmp_path)
+    assert first.name == "powerlaw_products/1000" and first.generated
+    assert first.num_nodes == 2449 and first.nnz == 60000
+    (cached,) = tmp_path.glob("*.npz")
+    again = load_graph("powerlaw_products", None, scale_divisor=1000, cache_dir=tmp_path)
+    assert np.array_equal(first.indptr, again.indptr) and np.array_equal(first.indices, again.indices)
+    with np.load(cached) as d:
+        assert np.array_equal(d["indices"], first.indices)
