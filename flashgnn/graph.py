@@ -1,0 +1,433 @@
+"""Graph: a directed graph stored for aggregation at destinations, with its ME-BCRS cached.
+
+Edges go src -> dst and messages aggregate at dst, so the matrix a layer multiplies by is A
+with ``A[dst, src] = w(edge)``: the CSR kept here has one row per destination listing its
+in-edges (sources), sorted by source. ``Y = A @ X`` sums in-neighbours; gradients use A^T.
+
+Every edge keeps its id (its position in the input: the column of an ``edge_index``, the
+DGL edge id, the nonzero of a sparse matrix in row-major order), so per-edge tensors given in
+edge order (weights, attention) can be placed into the format and read back.
+
+Duplicate edges: an edge list (``edge_index``, CSR arrays, PyG ``Data``, DGL graph) with the
+same (src, dst) twice raises ValueError, because attention layers would have to treat the two
+as separate neighbours while the format stores one value per (dst, src). A sparse *matrix*
+(scipy, torch sparse COO) is taken as the matrix it denotes: duplicate entries are summed,
+as scipy and torch define them. Explicitly stored zeros stay edges.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from .format import MEBCRS, check_csr
+
+NORMS = ("both", "right", "left", "none")
+
+
+def _device_key(device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _as_tensor(a, name: str) -> torch.Tensor:
+    if isinstance(a, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(a))
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(a).__name__}")
+    return a
+
+
+def _index_tensor(a, name: str) -> torch.Tensor:
+    t = _as_tensor(a, name)
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise TypeError(f"{name} must hold integer node ids, got {t.dtype}")
+    return t.to(torch.int64)
+
+
+def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_weight"):
+    """Validated per-edge weights [E] (floating point, on ``device``), or None."""
+    if w is None:
+        return None
+    t = _as_tensor(w, name)
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {t.dtype}")
+    if t.dim() == 2 and t.shape[1] == 1:
+        t = t[:, 0]
+    if t.shape != (num_edges,):
+        raise ValueError(f"{name} must have shape ({num_edges},) (one value per edge), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the edges are on {device}")
+    return t
+
+
+def _num_nodes(num_nodes, ids: torch.Tensor) -> int:
+    if num_nodes is None:
+        return int(ids.max()) + 1 if ids.numel() else 0
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
+        raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    return int(num_nodes)
+
+
+def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
+    if ids.numel() == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        pos = int((ids < 0).nonzero()[0, -1])
+        raise ValueError(f"negative node id {lo} in {what} (edge {pos})")
+    if hi >= num_nodes:
+        pos = int((ids >= num_nodes).nonzero()[0, -1])
+        raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for num_nodes = {num_nodes}")
+
+
+def _csr_rows(indptr, indices, num_nodes):
+    """Validated (indptr, indices, destination of each position) of a square CSR whose rows
+    are destinations; the sources of a row may come in any order."""
+    indptr = _index_tensor(indptr, "indptr")
+    indices = _index_tensor(indices, "indices").to(indptr.device)
+    if indptr.dim() != 1 or indices.dim() != 1 or indptr.numel() < 1:
+        raise ValueError("indptr (non-empty) and indices must be 1-D")
+    n_rows = indptr.numel() - 1
+    if num_nodes is not None and n_rows != _num_nodes(num_nodes, indices):
+        raise ValueError(f"indptr has {n_rows} rows but num_nodes = {num_nodes}; the CSR must be square")
+    counts = indptr[1:] - indptr[:-1]
+    if int(indptr[0]) != 0 or int(indptr[-1]) != indices.numel() or bool((counts < 0).any()):
+        raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
+    _check_node_ids(indices, n_rows, "indices (sources)")
+    dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts)
+    return indptr, indices, dst
+
+
+class Graph:
+    """A directed graph on ``num_nodes`` nodes, stored as the CSR of A [dst, src].
+
+    Build one with ``from_edge_index``, ``from_csr``, ``from_scipy``, ``from_torch_sparse``,
+    ``from_pyg`` or ``from_dgl``; the constructor takes a canonical CSR (rows = destinations,
+    sorted duplicate-free sources) and is the low-level entry.
+
+    indptr: int64 [num_nodes + 1]; indices: int64 [E], the source of each CSR position;
+    edge_ids: int64 [E], the edge id of each CSR position (None: the CSR order is the edge
+    order); edge_weight: float [E] in edge order, or None (every weight 1).
+    """
+
+    def __init__(self, indptr, indices, num_nodes: int | None = None, edge_ids=None, edge_weight=None):
+        indptr = _index_tensor(indptr, "indptr")
+        indices = _index_tensor(indices, "indices").to(indptr.device)
+        if indptr.dim() != 1 or indices.dim() != 1:
+            raise ValueError("indptr and indices must be 1-D")
+        num_nodes = indptr.numel() - 1 if num_nodes is None else _num_nodes(num_nodes, indices)
+        if indptr.numel() != num_nodes + 1:
+            raise ValueError(f"indptr must have num_nodes + 1 = {num_nodes + 1} entries, got {indptr.numel()}")
+        check_csr(indptr, indices, num_nodes)
+        num_edges = indices.numel()
+        if edge_ids is None:
+            edge_ids = torch.arange(num_edges, device=indptr.device)
+        else:
+            edge_ids = _index_tensor(edge_ids, "edge_ids").to(indptr.device)
+            seen = torch.zeros(num_edges, dtype=torch.bool, device=indptr.device)
+            if edge_ids.shape != (num_edges,) or (num_edges and (int(edge_ids.min()) < 0
+                                                                or int(edge_ids.max()) >= num_edges)):
+                raise ValueError(f"edge_ids must be a permutation of 0..{num_edges - 1}")
+            seen[edge_ids] = True
+            if not bool(seen.all()):
+                raise ValueError(f"edge_ids must be a permutation of 0..{num_edges - 1} (ids repeat)")
+        self.indptr = indptr
+        self.indices = indices
+        self.edge_ids = edge_ids
+        self.edge_weight = _weight_tensor(edge_weight, num_edges, indptr.device)
+        self.num_nodes = num_nodes
+        # formats and per-edge tables, keyed by what they depend on; shared by .to() copies
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def _from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, edge_weight) -> "Graph":
+        """Edges in edge-id order -> canonical CSR of A [dst, src]; duplicates raise."""
+        n = max(num_nodes, 1)
+        key = dst * n + src
+        if key.numel() < 2 or bool((key[1:] > key[:-1]).all()):
+            order = torch.arange(key.numel(), device=key.device)
+            key_sorted = key
+        else:
+            key_sorted, order = torch.sort(key, stable=True)
+        dup = key_sorted[1:] == key_sorted[:-1]
+        if bool(dup.any()):
+            i = int(dup.nonzero()[0, 0])
+            e1, e2 = int(order[i]), int(order[i + 1])
+            raise ValueError(
+                f"duplicate edge {int(src[e1])} -> {int(dst[e1])} (edges {e1} and {e2}); "
+                "merge duplicates first (e.g. sum their weights with torch_geometric.utils.coalesce)"
+            )
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=key.device)
+        indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+        return cls(indptr, src[order], num_nodes, edge_ids=order, edge_weight=edge_weight)
+
+    @classmethod
+    def from_edge_index(cls, edge_index, num_nodes: int | None = None, edge_weight=None) -> "Graph":
+        """From ``edge_index`` [2, E] (row 0 = sources, row 1 = destinations, any integer
+        dtype); edge i has id i and weight ``edge_weight[i]`` (float [E], default 1)."""
+        ei = _index_tensor(edge_index, "edge_index")
+        if ei.dim() != 2 or ei.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, E), got {tuple(ei.shape)}")
+        num_nodes = _num_nodes(num_nodes, ei)
+        _check_node_ids(ei[0], num_nodes, "edge_index[0] (sources)")
+        _check_node_ids(ei[1], num_nodes, "edge_index[1] (destinations)")
+        weight = _weight_tensor(edge_weight, ei.shape[1], ei.device)
+        return cls._from_edges(ei[0], ei[1], num_nodes, weight)
+
+    @classmethod
+    def from_csr(cls, indptr, indices, num_nodes: int | None = None, edge_weight=None) -> "Graph":
+        """From a CSR whose rows are destinations: ``indices[indptr[d]:indptr[d+1]]`` are the
+        sources of the in-edges of node d, in any order. Edge ids follow the CSR positions."""
+        indptr, indices, dst = _csr_rows(indptr, indices, num_nodes)
+        weight = _weight_tensor(edge_weight, indices.numel(), indptr.device)
+        return cls._from_edges(indices, dst, indptr.numel() - 1, weight)
+
+    @classmethod
+    def from_scipy(cls, matrix) -> "Graph":
+        """From a square scipy sparse matrix with ``matrix[dst, src]`` = weight of edge
+        src -> dst (rows are destinations). Duplicate entries are summed; edge ids follow
+        the row-major order of the nonzeros; weights are float32 (float64 kept)."""
+        import scipy.sparse as sp
+
+        if not sp.issparse(matrix):
+            raise TypeError(f"expected a scipy sparse matrix, got {type(matrix).__name__}")
+        if matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"the adjacency matrix must be square, got shape {matrix.shape}")
+        m = sp.csr_matrix(matrix, copy=True)
+        m.sum_duplicates()
+        data = m.data if m.data.dtype == np.float64 else m.data.astype(np.float32)
+        return cls(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.shape[0],
+                   edge_weight=torch.from_numpy(data))
+
+    @classmethod
+    def from_torch_sparse(cls, t: torch.Tensor) -> "Graph":
+        """From a square torch sparse COO or CSR tensor with ``t[dst, src]`` = weight. COO
+        entries are coalesced (duplicates summed); edge ids follow the coalesced COO order or
+        the CSR positions."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected a torch sparse tensor, got {type(t).__name__}")
+        if t.dim() != 2 or t.shape[0] != t.shape[1]:
+            raise ValueError(f"the adjacency matrix must be square and 2-D, got shape {tuple(t.shape)}")
+        n = t.shape[0]
+        if t.layout == torch.sparse_coo:
+            t = t.coalesce()
+            rows, cols = t.indices()
+            values = t.values()
+            weight = values if values.is_floating_point() else values.to(torch.float32)
+            if weight.dim() != 1:
+                raise ValueError("sparse tensors with dense value dimensions are not supported")
+            return cls._from_edges(cols, rows, n, weight)
+        if t.layout == torch.sparse_csr:
+            values = t.values()
+            weight = values if values.is_floating_point() else values.to(torch.float32)
+            return cls.from_csr(t.crow_indices(), t.col_indices(), n, weight)
+        raise ValueError(f"unsupported sparse layout {t.layout}; use torch.sparse_coo or torch.sparse_csr")
+
+    @classmethod
+    def from_pyg(cls, data) -> "Graph":
+        """From a PyG ``Data``: ``edge_index`` ([src; dst]) and ``num_nodes``; the weights are
+        ``edge_weight`` if set, else ``edge_attr`` when it holds one value per edge (a
+        multi-dimensional ``edge_attr`` is edge features, not weights, and is not used)."""
+        edge_index = getattr(data, "edge_index", None)
+        if edge_index is None:
+            raise ValueError("the PyG data object has no edge_index")
+        weight = getattr(data, "edge_weight", None)
+        if weight is None:
+            attr = getattr(data, "edge_attr", None)
+            if attr is not None and attr.is_floating_point() and (
+                    attr.dim() == 1 or (attr.dim() == 2 and attr.shape[1] == 1)):
+                weight = attr
+        return cls.from_edge_index(edge_index, data.num_nodes, weight)
+
+    @classmethod
+    def from_dgl(cls, g, edge_weight=None) -> "Graph":
+        """From a DGL graph, read through its interface (dgl is not imported): the in-edges of
+        ``g.adj_tensors('csc')`` -> (indptr, indices, eids), where column d lists the sources
+        of the edges into d and ``eids`` the edge id at each position (empty: 0, 1, ...).
+        ``edge_weight``: float [E] in DGL edge-id order, or the name of a key of ``g.edata``."""
+        n_src, n_dst = int(g.num_src_nodes()), int(g.num_dst_nodes())
+        if n_src != n_dst:
+            raise ValueError(
+                f"bipartite graphs / blocks ({n_src} source, {n_dst} destination nodes) are not "
+                "supported: flashgnn layers take a full graph"
+            )
+        indptr, indices, eids = g.adj_tensors("csc")
+        indptr, indices, dst = _csr_rows(indptr, indices, n_dst)
+        eids = _index_tensor(eids, "eids").to(indices.device)
+        num_edges = indices.numel()
+        if eids.numel() == 0:
+            eids = torch.arange(num_edges, device=indices.device)
+        if eids.shape != (num_edges,) or (num_edges and (
+                int(eids.min()) < 0 or int(eids.max()) >= num_edges or torch.unique(eids).numel() != num_edges)):
+            raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{num_edges - 1}")
+        src_by_id, dst_by_id = torch.empty_like(indices), torch.empty_like(dst)
+        src_by_id[eids], dst_by_id[eids] = indices, dst
+        if isinstance(edge_weight, str):
+            edge_weight = g.edata[edge_weight]
+        weight = _weight_tensor(edge_weight, num_edges, indices.device)
+        return cls._from_edges(src_by_id, dst_by_id, n_dst, weight)
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.indptr.device
+
+    def dst_of_csr(self) -> torch.Tensor:
+        """Destination of each CSR position, int64 [E] (cached)."""
+        return self._cached(("csr_dst",), lambda: torch.repeat_interleave(
+            torch.arange(self.num_nodes, device=self.device), self.indptr[1:] - self.indptr[:-1],
+            output_size=self.num_edges))
+
+    def csr_pos(self) -> torch.Tensor:
+        """CSR position of each edge id, int64 [E] (the inverse of ``edge_ids``, cached)."""
+        def build():
+            pos = torch.empty_like(self.edge_ids)
+            pos[self.edge_ids] = torch.arange(self.num_edges, device=self.device)
+            return pos
+        return self._cached(("csr_pos",), build)
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """int64 [2, E]: [sources; destinations] in edge-id order."""
+        pos = self.csr_pos()
+        return torch.stack([self.indices[pos], self.dst_of_csr()[pos]])
+
+    def in_degrees(self) -> torch.Tensor:
+        """Number of in-edges of every node, int64 [num_nodes]."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def out_degrees(self) -> torch.Tensor:
+        """Number of out-edges of every node, int64 [num_nodes]."""
+        return torch.bincount(self.indices, minlength=self.num_nodes)
+
+    def has_zero_in_degree(self) -> bool:
+        return self._cached(("zero_in",), lambda: bool((self.in_degrees() == 0).any()))
+
+    def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
+        """A new graph with a self-loop on every node that has none (existing loops are kept,
+        so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``."""
+        dst = self.dst_of_csr()
+        has_loop = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
+        has_loop[dst[self.indices == dst]] = True
+        new = (~has_loop).nonzero()[:, 0]
+        ei = self.edge_index
+        weight = self.edge_weight
+        if weight is not None or fill_value != 1.0:
+            old = weight if weight is not None else torch.ones(self.num_edges, device=self.device)
+            weight = torch.cat([old, old.new_full((new.numel(),), fill_value)])
+        return Graph.from_edge_index(torch.cat([ei, new.expand(2, -1)], 1), self.num_nodes, weight)
+
+    def to(self, device) -> "Graph":
+        """The same graph on ``device``; formats already built for any device are shared."""
+        device = torch.device(device)
+        moved = Graph.__new__(Graph)
+        moved.indptr, moved.indices, moved.edge_ids = (t.to(device) for t in (self.indptr, self.indices, self.edge_ids))
+        moved.edge_weight = None if self.edge_weight is None else self.edge_weight.to(device)
+        moved.num_nodes = self.num_nodes
+        moved._cache = {key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"}
+        return moved
+
+    def __repr__(self) -> str:
+        weighted = ", weighted" if self.edge_weight is not None else ""
+        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, device={self.device}{weighted})"
+
+    # ------------------------------------------------------------------ formats
+    def _cached(self, key, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def adj(self, k: int = 8, device=None) -> MEBCRS:
+        """A [dst, src] in ME-BCRS with block width ``k`` (8: fp32/fp16/bf16, 4: tf32) on
+        ``device`` (default: the graph's), values = edge weights as float32 (or 1). Built once
+        per (device, k) and cached; ``adj(...).transpose()`` is A^T, cached on it."""
+        device = _device_key(self.device if device is None else device)
+
+        def build():
+            values = None
+            if self.edge_weight is not None:
+                values = self.edge_weight[self.edge_ids].to(torch.float32)
+            return MEBCRS.from_csr(self.indptr, self.indices, values, n_cols=self.num_nodes, k=k, device=device)
+        return self._cached((k, "format", device), build)
+
+    def edge_slots(self, k: int = 8) -> torch.Tensor:
+        """Value slot of every edge of ``adj(k)`` in edge-id order, int64 [E] (cached)."""
+        return self._cached(("edge_slots", k), lambda: self.adj(k).perm[self.csr_pos()])
+
+    def edge_values(self, values: torch.Tensor, k: int = 8) -> torch.Tensor:
+        """Place per-edge ``values`` [E, ...] given in edge-id order into ``adj(k)``'s value
+        layout [8 * n_vectors, ...]; slots outside the pattern are 0. Differentiable."""
+        if values.shape[:1] != (self.num_edges,):
+            raise ValueError(f"expected one value per edge ({self.num_edges}), got shape {tuple(values.shape)}")
+        return self.adj(k).values_from_csr(values[self.edge_ids])
+
+    def gcn_values(self, norm: str, k: int = 8, dtype: torch.dtype = torch.float32,
+                   edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """A's values for graph convolution in ``adj(k)``'s layout [8 * n_vectors]: the weight
+        of each edge (``edge_weight`` [E] in edge-id order, else the graph's own, else 1)
+        scaled by the degree normalisation ``norm`` (DGL's semantics, unweighted degrees
+        clamped to >= 1): "both" w / sqrt(d_in(dst) d_out(src)), "right" w / d_in(dst),
+        "left" w / d_out(src), "none" w. Cached when ``edge_weight`` is None."""
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        if edge_weight is not None:
+            weight = _weight_tensor(edge_weight, self.num_edges, self.device)
+            return self.edge_values(weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k)
+
+        def build():
+            factor = self._norm_factor(norm, dtype)
+            if self.edge_weight is not None:
+                factor = factor * self.edge_weight[self.edge_ids].to(dtype)
+            return self.adj(k).values_from_csr(factor)
+        return self._cached(("gcn_values", k, norm, dtype), build)
+
+    def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
+        """The degree normalisation of every CSR position, [E] in ``dtype``."""
+        def build():
+            factor = torch.ones(self.num_edges, dtype=dtype, device=self.device)
+            d_in = self.in_degrees().to(dtype).clamp(min=1)
+            d_out = self.out_degrees().to(dtype).clamp(min=1)
+            power = -0.5 if norm == "both" else -1.0
+            if norm in ("both", "right"):
+                factor = factor * d_in.pow(power)[self.dst_of_csr()]
+            if norm in ("both", "left"):
+                factor = factor * d_out.pow(power)[self.indices]
+            return factor
+        return self._cached(("norm", norm, dtype), build)
+
+
+_DGL_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def as_graph(graph) -> Graph:
+    """``graph`` itself when it is a Graph; a DGL-like graph (anything with ``adj_tensors``)
+    converted with ``Graph.from_dgl`` once and remembered for as long as it lives."""
+    if isinstance(graph, Graph):
+        return graph
+    if not hasattr(graph, "adj_tensors"):
+        raise TypeError(
+            f"expected a flashgnn.Graph or a DGL graph, got {type(graph).__name__}; build one with "
+            "Graph.from_edge_index, from_scipy, from_torch_sparse or from_pyg"
+        )
+    try:
+        cached = _DGL_GRAPHS.get(graph)
+    except TypeError:  # neither hashable nor weak-referenceable: convert every time
+        return Graph.from_dgl(graph)
+    if cached is None or cached.num_edges != int(graph.num_edges()):
+        cached = Graph.from_dgl(graph)
+        try:
+            _DGL_GRAPHS[graph] = cached
+        except TypeError:
+            pass
+    return cached

@@ -1,0 +1,47 @@
+"""Attention-based graph neural network propagation (Thekumparampil et al.), DGL's AGNNConv."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import edge_softmax, sddmm, spmm
+from ..ops.precision import check_precision
+from ..precision_context import block_width, resolve_precision
+from .graph_input import check_graph_input
+
+
+class AGNNConv(nn.Module):
+    r"""``h_i' = sum_{j -> i} P_ij h_j`` with ``P_i. = softmax_j(beta * cos(h_i, h_j))`` over
+    the real in-edges of i only.
+
+    The cosine is exact: features are L2-normalised (``F.normalize``, eps 1e-12, as DGL and
+    PyG do) and their dot products taken by SDDMM on the graph's pattern; edge softmax and
+    SpMM follow. ``beta`` is a learnable [1] parameter (a buffer when ``learn_beta=False``).
+    Shapes: feat [N, F] -> [N, F]. DGL's constructor and forward, plus ``precision``;
+    the graph's edge weights are not used (attention defines the edge values).
+    """
+
+    def __init__(self, init_beta: float = 1.0, learn_beta: bool = True,
+                 allow_zero_in_degree: bool = False, precision: str | None = None):
+        super().__init__()
+        self.allow_zero_in_degree = allow_zero_in_degree
+        self.precision = None if precision is None else check_precision(precision)
+        beta = torch.tensor([float(init_beta)])
+        if learn_beta:
+            self.beta = nn.Parameter(beta)
+        else:
+            self.register_buffer("beta", beta)
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        """graph: flashgnn.Graph or DGL graph; feat [N, F]; returns [N, F]."""
+        graph = check_graph_input(graph, feat, None, self.allow_zero_in_degree, "AGNNConv")
+        precision = resolve_precision(self.precision)
+        adj = graph.adj(block_width(precision))
+        unit = F.normalize(feat, p=2.0, dim=-1)
+        cos = sddmm(adj, unit, unit, precision)
+        prob = edge_softmax(adj, self.beta * cos)
+        return spmm(adj, feat, precision, values=prob)
+
+    def extra_repr(self) -> str:
+        return f"learn_beta={isinstance(self.beta, nn.Parameter)}, precision={self.precision!r}"

@@ -1,0 +1,74 @@
+"""Graph convolution (Kipf & Welling) with DGL's GraphConv interface."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..graph import NORMS
+from ..ops import spmm
+from ..ops.precision import check_precision
+from ..precision_context import block_width, resolve_precision
+from .graph_input import check_graph_input, value_dtype
+
+
+class GCNConv(nn.Module):
+    r"""``h_i' = act(sum_{j -> i} c_ij w_ji (h_j W) + b)`` over the in-edges of i.
+
+    ``norm`` sets c_ij from unweighted degrees clamped to >= 1 (DGL's semantics): "both"
+    ``1 / sqrt(d_in(i) d_out(j))``, "right" ``1 / d_in(i)``, "left" ``1 / d_out(j)``, "none"
+    1. w_ji is ``edge_weight`` (forward), else the graph's own weights, else 1. The layer does
+    not add self-loops: call ``graph.add_self_loops()`` (PyG's GCNConv adds them itself).
+
+    Shapes: feat [N, in_feats] -> [N, out_feats]; ``edge_weight`` float [E] in edge-id order.
+    Same constructor and forward as ``dgl.nn.GraphConv``, plus ``precision`` (None: the
+    ``flashgnn.precision`` context) for the SpMM; the normalisation is folded into the
+    sparse values instead of scaling the features twice. No bipartite (tuple) input.
+    """
+
+    def __init__(self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
+                 bias: bool = True, activation=None, allow_zero_in_degree: bool = False,
+                 precision: str | None = None):
+        super().__init__()
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        self.in_feats, self.out_feats = in_feats, out_feats
+        self.norm = norm
+        self.activation = activation
+        self.allow_zero_in_degree = allow_zero_in_degree
+        self.precision = None if precision is None else check_precision(precision)
+        self.weight = nn.Parameter(torch.empty(in_feats, out_feats)) if weight else None
+        self.bias = nn.Parameter(torch.empty(out_feats)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.xavier_uniform_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, graph, feat: torch.Tensor, weight: torch.Tensor | None = None,
+                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """graph: flashgnn.Graph or DGL graph; feat [N, in_feats]; weight [in_feats,
+        out_feats] when the layer was built with weight=False; returns [N, out_feats]."""
+        graph = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GCNConv")
+        if weight is not None and self.weight is not None:
+            raise ValueError("GCNConv: an external weight was given but the layer has its own; "
+                             "construct it with weight=False")
+        weight = self.weight if weight is None else weight
+        precision = resolve_precision(self.precision)
+        k = block_width(precision)
+        values = graph.gcn_values(self.norm, k, value_dtype(feat, edge_weight), edge_weight)
+        adj = graph.adj(k)
+        # multiply by W on the narrower side of the aggregation, as DGL does
+        if weight is not None and self.in_feats > self.out_feats:
+            rst = spmm(adj, feat @ weight, precision, values=values)
+        else:
+            rst = spmm(adj, feat, precision, values=values)
+            if weight is not None:
+                rst = rst @ weight
+        if self.bias is not None:
+            rst = rst + self.bias
+        return self.activation(rst) if self.activation is not None else rst
+
+    def extra_repr(self) -> str:
+        return f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}"
