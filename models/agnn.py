@@ -1,0 +1,34 @@
+"""AGNN (Thekumparampil et al.): linear -> attention propagation layers -> linear."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashgnn.nn import AGNNConv
+
+
+class AGNN(nn.Module):
+    """dropout -> Linear(in_feats, hidden_feats) -> ReLU -> ``num_layers`` AGNNConv (pure
+    propagation, no activation between them, as in the paper) -> dropout ->
+    Linear(hidden_feats, out_feats). ``forward(graph, feat)`` -> logits [N, out_feats]."""
+
+    def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 4,
+                 dropout: float = 0.5, init_beta: float = 1.0, learn_beta: bool = True,
+                 precision: str | None = None, allow_zero_in_degree: bool = False):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.encoder = nn.Linear(in_feats, hidden_feats)
+        self.layers = nn.ModuleList(
+            AGNNConv(init_beta, learn_beta, allow_zero_in_degree=allow_zero_in_degree, precision=precision)
+            for _ in range(num_layers)
+        )
+        self.decoder = nn.Linear(hidden_feats, out_feats)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.encoder(self.dropout(feat)))
+        for layer in self.layers:
+            h = layer(graph, h)
+        return self.decoder(self.dropout(h))
