@@ -188,7 +188,9 @@ class MEBCRS:
         check_csr(indptr_t, indices_t, n_cols)
         if device.type == "cuda":
             from ._cuda.build import build_mebcrs_cuda
+            from ._cuda.runtime import require_device
 
+            require_device(device)
             return build_mebcrs_cuda(indptr_t, indices_t, values_t, n_cols, k, device)
         return _build_reference(indptr_t.to(device), indices_t.to(device), values_t.to(device), n_cols, k)
 
@@ -262,6 +264,8 @@ class MEBCRS:
             fail("row_ptr is not non-decreasing")
         if self.values.shape != (WINDOW * n_vec,):
             fail(f"values must have {WINDOW * n_vec} entries, got {tuple(self.values.shape)}")
+        if self.perm.dtype != torch.int64 or self.perm.dim() != 1:
+            fail(f"perm must be int64 1-D, got {self.perm.dtype} {tuple(self.perm.shape)}")
         if self.vec_mask.dtype != torch.uint8 or self.vec_mask.shape != (n_vec,):
             fail("vec_mask must be uint8 [n_vectors]")
         if n_vec:

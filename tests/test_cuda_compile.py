@@ -122,7 +122,7 @@ def test_check_reports_an_arch_nvrtc_rejects(cache_dir, capsys):
 def test_check_rejects_a_malformed_arch_with_a_message(cache_dir, capsys):
     status, out, err = run_check_in_process(capsys, "--check", "--arch", "sm80")
     assert status != 0
-    assert "architecture must look like 'sm_90', got 'sm80'" in err
+    assert "--arch" in err and "'sm80'" in err
 
 
 def test_check_with_no_arch_is_an_error(cache_dir, capsys):

@@ -3,15 +3,20 @@ architecture with NVRTC (no GPU needed) and report registers and spills."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
+import re
 import sys
+from pathlib import Path
 
 from .compiler import compile_source, resources_by_symbol
 from .sources import SOURCES
 
 
 def load_all_sources() -> None:
-    """Import every module that declares kernel sources."""
-    from . import build  # noqa: F401
+    """Import every module of this package: each declares its kernel sources on import."""
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def check(archs: list[str], use_cache: bool) -> int:
@@ -44,4 +49,8 @@ def main(argv=None) -> int:
     if not args.check:
         p.print_help()
         return 2
-    return check([a.strip() for a in args.arch.split(",") if a.strip()], use_cache=not args.no_cache)
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    bad = [a for a in archs if not re.fullmatch(r"sm_\d+a?", a)]
+    if not archs or bad:
+        p.error(f"--arch takes comma-separated names like sm_80,sm_90; got {args.arch!r}")
+    return check(archs, use_cache=not args.no_cache)

@@ -18,6 +18,11 @@ def require_device(device: torch.device) -> int:
     if not torch.cuda.is_available():
         raise RuntimeError("flashgnn: no CUDA device is available (no GPU, or no driver); use CPU tensors")
     index = device.index if device.index is not None else torch.cuda.current_device()
+    return _checked_index(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _checked_index(index: int) -> int:
     cap = torch.cuda.get_device_capability(index)
     if cap < MIN_CAPABILITY:
         raise RuntimeError(
@@ -41,7 +46,8 @@ def _module(src: KernelSource, index: int):
     dev = _device(index)
     major, minor = dev.compute_capability
     compiled = compile_source(src, f"sm_{major}{minor}")
-    return cc.ObjectCode.from_cubin(compiled.cubin, symbol_mapping=compiled.symbols)
+    symbols = {name: mangled.encode() for name, mangled in compiled.symbols.items()}
+    return cc.ObjectCode.from_cubin(compiled.cubin, symbol_mapping=symbols)
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,11 +74,16 @@ def ptr(t: torch.Tensor) -> np.uint64:
     return np.uint64(t.data_ptr())
 
 
-def launch(src: KernelSource, name: str, device: torch.device, grid, block, *args, shmem: int = 0) -> None:
+@functools.lru_cache(maxsize=4096)
+def _config(grid: tuple, block: tuple, shmem: int):
+    return _import_cuda_core().LaunchConfig(grid=grid, block=block, shmem_size=shmem)
+
+
+def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, block: tuple, *args,
+           shmem: int = 0) -> None:
     """Launch ``name`` from ``src`` on the current torch stream of ``device``.
     Arguments must be numpy scalars (np.int32, np.int64, np.float32, np.uint64 from ptr())."""
-    cc = _import_cuda_core()
     index = require_device(device)
     k = kernel(src, name, index)
     stream = _stream(index, torch.cuda.current_stream(index).cuda_stream)
-    cc.launch(stream, cc.LaunchConfig(grid=grid, block=block, shmem_size=shmem), k, *args)
+    _import_cuda_core().launch(stream, _config(grid, block, shmem), k, *args)

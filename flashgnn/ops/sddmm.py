@@ -20,6 +20,15 @@ def sddmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: T
     return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
 
+@sddmm_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
+    if precision == "fp32" or torch.float64 in (x.dtype, y.dtype):
+        return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
+    from .._cuda.sddmm import sddmm_tensor_core
+
+    return sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
+
+
 @sddmm_op.register_fake
 def _(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
     return x.new_empty((8 * col_idx.shape[0],), dtype=compute_dtype(x, y))

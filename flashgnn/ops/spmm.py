@@ -20,6 +20,16 @@ def spmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, 
     return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
 
 
+@spmm_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
+    if precision == "fp32" or torch.float64 in (values.dtype, x.dtype):
+        return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
+    from .._cuda.spmm import spmm_tensor_core
+
+    return spmm_tensor_core(row_ptr, col_idx, values, x, n_rows, k, precision,
+                            torch.float32 if out_fp32 else x.dtype)
+
+
 @spmm_op.register_fake
 def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
     return x.new_empty((n_rows, x.shape[1]), dtype=torch.float32 if out_fp32 else x.dtype)

@@ -1,0 +1,57 @@
+"""Work segments: windows cut into runs of at most ``seg_vectors`` vectors, one warp each, so a
+hub window does not serialise one warp. Built on the device from row_ptr, cached per row_ptr."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+SEG_VECTORS = 256  # a multiple of 16, the SDDMM's vectors per MMA
+
+
+@dataclass
+class Segments:
+    window: torch.Tensor       # int32 [n_segments]
+    begin: torch.Tensor        # int32 [n_segments], first vector relative to the window
+    part: torch.Tensor         # int32 [n_segments], workspace slot of a split window's segment, or -1
+    split_window: torch.Tensor  # int32 [n_split], windows cut into several segments
+    split_part: torch.Tensor   # int32 [n_split], workspace slot of their first segment
+    split_count: torch.Tensor  # int32 [n_split], their number of segments
+    seg_vectors: int
+    n_parts: int               # workspace slots: segments of split windows
+
+    @property
+    def n_segments(self) -> int:
+        return self.window.numel()
+
+
+_CACHE: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
+    device = row_ptr.device
+    n_windows = row_ptr.numel() - 1
+    vectors = row_ptr[1:] - row_ptr[:-1]
+    count = torch.clamp((vectors + seg_vectors - 1) // seg_vectors, min=1)
+    window = torch.repeat_interleave(torch.arange(n_windows, device=device), count)
+    first = torch.cumsum(count, 0) - count
+    begin = (torch.arange(window.numel(), device=device) - first[window]) * seg_vectors
+    split = count[window] > 1
+    part = torch.where(split, torch.cumsum(split, 0) - 1, torch.full_like(window, -1))
+    split_window = torch.nonzero(count > 1).flatten()
+    i32 = torch.int32
+    split_count = count[split_window]
+    return Segments(window.to(i32), begin.to(i32), part.to(i32), split_window.to(i32),
+                    part[first[split_window]].to(i32), split_count.to(i32), seg_vectors,
+                    int(split_count.sum()))
+
+
+def segments_for(row_ptr: torch.Tensor, seg_vectors: int = SEG_VECTORS) -> Segments:
+    """Segments of the windows of ``row_ptr`` (cached while that tensor lives)."""
+    hit = _CACHE.get(row_ptr)
+    if hit is not None and hit[0] == (row_ptr._version, seg_vectors):
+        return hit[1]
+    seg = _build(row_ptr, seg_vectors)
+    _CACHE[row_ptr] = ((row_ptr._version, seg_vectors), seg)
+    return seg

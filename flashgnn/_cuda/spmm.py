@@ -1,0 +1,62 @@
+"""Launchers of the tensor-core SpMM (kernels/spmm.cu)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .runtime import launch, ptr
+from .segments import segments_for
+from .sources import register
+
+# Operand storage per precision and the tags the kernels use for element types.
+STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
+_PRECISION_ID = {"fp16": 0, "bf16": 1}
+_TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
+
+WARPS_PER_BLOCK = 4
+FEATURES_PER_WARP = 64
+
+
+def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
+    if precision == "tf32":
+        return f"fg::spmm_tf32<{k}, {_TAG[out_dtype]}>"
+    return f"fg::spmm_mma16<{_PRECISION_ID[precision]}, {k}, {_TAG[out_dtype]}>"
+
+
+SOURCE = register(
+    "spmm.cu",
+    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in _TAG]
+    + [f"fg::spmm_reduce<{tag}>" for tag in _TAG.values()],
+)
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def spmm_tensor_core(row_ptr, col_idx, values, x, n_rows: int, k: int, precision: str,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+    """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
+    x [n_cols, N] of any float dtype (rounded to the precision's storage type first)."""
+    n = x.shape[1]
+    xs = x.to(STORAGE[precision]).contiguous()
+    vals = values.to(torch.float32).contiguous()
+    out = torch.empty(n_rows, n, dtype=out_dtype, device=x.device)
+    if n == 0 or n_rows == 0:
+        return out
+    seg = segments_for(row_ptr)
+    workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=x.device)
+    aligned = n % 8 == 0 and _aligned(xs, out, workspace)
+    warps = seg.n_segments * ((n + FEATURES_PER_WARP - 1) // FEATURES_PER_WARP)
+    blocks = (warps + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
+    launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+           ptr(row_ptr), ptr(col_idx), ptr(vals), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
+           ptr(workspace), np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(n_rows),
+           np.int32(n), np.int32(aligned), ptr(xs), ptr(out), shmem=4 * WARPS_PER_BLOCK * seg.seg_vectors)
+    if seg.n_parts:
+        n_split = seg.split_window.numel()
+        total = n_split * 8 * n
+        launch(SOURCE, f"fg::spmm_reduce<{_TAG[out_dtype]}>", x.device, (min((total + 255) // 256, 1 << 16),),
+               (256,), ptr(workspace), ptr(seg.split_window), ptr(seg.split_part), ptr(seg.split_count),
+               np.int64(n_split), np.int32(n_rows), np.int32(n), ptr(out))
+    return out

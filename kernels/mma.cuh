@@ -1,0 +1,119 @@
+// Tensor-core precisions: storage types, conversions and mma.sync wrappers, in PTX (NVRTC
+// compiles without the toolkit's cuda_fp16.h / cuda_bf16.h).
+//
+// Fragment layouts used by the kernels (lane = 4 * g + t, g in 0..7, t in 0..3):
+//   m16n8k8 f16/bf16: a0 = {A[g][2t], A[g][2t+1]}, a1 = {A[g+8][2t], A[g+8][2t+1]},
+//                     b0 = {B[2t][g], B[2t+1][g]}   (lower 16 bits hold the lower k index)
+//   m16n8k4 tf32:     a0 = A[g][t], a1 = A[g+8][t], b0 = B[t][g]
+//   both:             c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+#pragma once
+#include "common.cuh"
+
+namespace fg {
+
+enum Precision { FP16 = 0, BF16 = 1, TF32 = 2 };
+
+__device__ __forceinline__ float half_to_float(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 float_to_half(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf16_to_float(u16 b) { return __uint_as_float((u32)b << 16); }
+
+__device__ __forceinline__ u16 float_to_bf16(float f) {
+    u16 b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+}
+
+__device__ __forceinline__ u32 float_to_tf32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+// Element types as the kernels see them: 16-bit storage is raw bits (u16).
+struct Half { typedef u16 T; };
+struct BFloat16 { typedef u16 T; };
+struct Float { typedef float T; };
+
+__device__ __forceinline__ float to_float(u16 v, Half) { return half_to_float(v); }
+__device__ __forceinline__ float to_float(u16 v, BFloat16) { return bf16_to_float(v); }
+__device__ __forceinline__ float to_float(float v, Float) { return v; }
+__device__ __forceinline__ u16 from_float(float v, Half) { return float_to_half(v); }
+__device__ __forceinline__ u16 from_float(float v, BFloat16) { return float_to_bf16(v); }
+__device__ __forceinline__ float from_float(float v, Float) { return v; }
+
+// 16-bit operands of one precision: the tag type and the rounding of an fp32 value to its bits.
+template <int P> struct Operand;
+template <> struct Operand<FP16> {
+    typedef Half Tag;
+    static __device__ __forceinline__ u16 round(float v) { return float_to_half(v); }
+};
+template <> struct Operand<BF16> {
+    typedef BFloat16 Tag;
+    static __device__ __forceinline__ u16 round(float v) { return float_to_bf16(v); }
+};
+
+__device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
+
+// d += a * b on one 16x8x8 tile, fp32 accumulators.
+template <int P> __device__ __forceinline__ void mma_16x8x8(float (&d)[4], u32 a0, u32 a1, u32 b0);
+
+template <> __device__ __forceinline__ void mma_16x8x8<FP16>(float (&d)[4], u32 a0, u32 a1, u32 b0) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+template <> __device__ __forceinline__ void mma_16x8x8<BF16>(float (&d)[4], u32 a0, u32 a1, u32 b0) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// d += a * b on one 16x8x4 tf32 tile (operands already rounded with float_to_tf32).
+__device__ __forceinline__ void mma_16x8x4_tf32(float (&d)[4], u32 a0, u32 a1, u32 b0) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Loads E consecutive elements src[0..E) of a dense row into registers, as raw 32-bit words,
+// zero-filling elements at or past `valid`. The fast path is 16-byte loads; it needs the whole
+// group in range and 16-byte alignment, which the caller vouches for with `aligned`.
+template <typename T, int E>
+__device__ __forceinline__ void load_group(u32 (&w)[E * sizeof(T) / 4], const T* src, int valid, bool aligned) {
+    constexpr int WORDS = E * sizeof(T) / 4;
+    if (aligned && valid >= E) {
+#pragma unroll
+        for (int i = 0; i < WORDS; i += 4) {
+            uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + i / 4);
+            w[i] = v.x; w[i + 1] = v.y; w[i + 2] = v.z; w[i + 3] = v.w;
+        }
+    } else {
+        T e[E];
+#pragma unroll
+        for (int i = 0; i < E; ++i) e[i] = i < valid ? src[i] : T(0);
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) {
+            if (sizeof(T) == 2) {
+                w[i] = pack2(*reinterpret_cast<const u16*>(&e[2 * i]), *reinterpret_cast<const u16*>(&e[2 * i + 1]));
+            } else {
+                w[i] = *reinterpret_cast<const u32*>(&e[i]);
+            }
+        }
+    }
+}
+
+}  // namespace fg
