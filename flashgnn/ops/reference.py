@@ -7,11 +7,23 @@ reference every CUDA kernel is checked against.
 from __future__ import annotations
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
-from ..format import WINDOW, decode_slots
+from ..format import WINDOW, SlotCoords, decode_slots
 from .precision import compute_dtype, round_to_precision
 
 _CHUNK_ELEMENTS = 1 << 24  # bounds the temporary [chunk, N] products
+_COORDS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _coords(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
+    """decode_slots, cached while ``col_idx`` lives (a format's pattern never changes in place)."""
+    key = (k, col_idx._version, vec_mask._version)
+    hit = _COORDS.get(col_idx)
+    if hit is None or hit[0] != key:
+        hit = (key, decode_slots(row_ptr, col_idx, vec_mask, k))
+        _COORDS[col_idx] = hit
+    return hit[1]
 
 
 def _chunks(n: int, width: int):
@@ -24,7 +36,7 @@ def spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
                    precision: str, out_fp32: bool) -> torch.Tensor:
     """A @ x for A in ME-BCRS; x [n_cols, N] -> [n_rows, N]."""
     dtype = compute_dtype(values, x)
-    c = decode_slots(row_ptr, col_idx, vec_mask, k)
+    c = _coords(row_ptr, col_idx, vec_mask, k)
     xr = round_to_precision(x, precision, dtype)
     vr = round_to_precision(values[c.slot], precision, dtype)
     out = torch.zeros(n_rows, x.shape[1], dtype=dtype, device=x.device)
@@ -36,7 +48,7 @@ def spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
 def sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
     """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors]; x [n_rows, K], y [n_cols, K]."""
     dtype = compute_dtype(x, y)
-    c = decode_slots(row_ptr, col_idx, vec_mask, k)
+    c = _coords(row_ptr, col_idx, vec_mask, k)
     xr = round_to_precision(x, precision, dtype)
     yr = round_to_precision(y, precision, dtype)
     out = torch.zeros(WINDOW * col_idx.numel(), dtype=dtype, device=x.device)
@@ -49,7 +61,7 @@ def edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows: int, k: i
     """Softmax of ``scores`` ([8 * n_vectors], A's value layout) over each row's real
     nonzeros; slots outside the pattern are 0 in the output."""
     dtype = compute_dtype(scores)
-    c = decode_slots(row_ptr, col_idx, vec_mask, k)
+    c = _coords(row_ptr, col_idx, vec_mask, k)
     s = scores[c.slot].to(dtype)
     row_max = torch.full((n_rows,), float("-inf"), dtype=dtype, device=scores.device)
     row_max.scatter_reduce_(0, c.row, s, "amax")
@@ -64,7 +76,7 @@ def edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_r
                                     k: int) -> torch.Tensor:
     """d(scores) = p * (g - sum_row(p * g)) on the real slots."""
     dtype = compute_dtype(probs, grad)
-    c = decode_slots(row_ptr, col_idx, vec_mask, k)
+    c = _coords(row_ptr, col_idx, vec_mask, k)
     p, g = probs[c.slot].to(dtype), grad[c.slot].to(dtype)
     dot = torch.zeros(n_rows, dtype=dtype, device=probs.device).index_add_(0, c.row, p * g)
     out = torch.zeros(probs.numel(), dtype=dtype, device=probs.device)

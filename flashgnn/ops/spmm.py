@@ -69,7 +69,8 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
 
     a: MEBCRS [n_rows, n_cols]; x: [n_cols, N] float16/bfloat16/float32/float64;
     values: A's values in its value layout ([8 * n_vectors]) to use instead of ``a.values``
-    (differentiable). Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
+    (differentiable); slots outside the pattern must hold 0, as the ops' outputs do (the
+    kernels multiply whole 8 x k blocks). Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
     Inputs are rounded to ``precision``'s storage type; products accumulate in fp32.
     """
     check_precision(precision)
