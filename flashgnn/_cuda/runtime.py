@@ -3,6 +3,7 @@ stream."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 import torch
@@ -32,12 +33,17 @@ def _checked_index(index: int) -> int:
     return index
 
 
-@functools.lru_cache(maxsize=None)
+_thread = threading.local()
+
+
 def _device(index: int):
-    cc = _import_cuda_core()
-    dev = cc.Device(index)
-    dev.set_current()
-    return dev
+    """cuda.core's Device ``index``, its primary context made current in this thread (autograd
+    runs backward in threads of its own, where torch's runtime calls leave none current)."""
+    if getattr(_thread, "index", None) != index:
+        dev = _import_cuda_core().Device(index)
+        dev.set_current()
+        _thread.index, _thread.device = index, dev
+    return _thread.device
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,6 +90,7 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     """Launch ``name`` from ``src`` on the current torch stream of ``device``.
     Arguments must be numpy scalars (np.int32, np.int64, np.float32, np.uint64 from ptr())."""
     index = require_device(device)
+    _device(index)
     k = kernel(src, name, index)
     stream = _stream(index, torch.cuda.current_stream(index).cuda_stream)
     _import_cuda_core().launch(stream, _config(grid, block, shmem), k, *args)
