@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
+from ._autograd import with_eager_autograd
 from ._pattern import check_values, pattern_args
 from .precision import compute_dtype
 from .reference import edge_softmax_backward_reference, edge_softmax_reference
@@ -44,7 +45,7 @@ def _backward(ctx, grad):
     return None, None, None, grad_scores.to(ctx.dtype), None, None
 
 
-edge_softmax_op.register_autograd(_backward, setup_context=_setup_context)
+edge_softmax_autograd = with_eager_autograd(edge_softmax_op, _setup_context, _backward)
 
 
 def edge_softmax(a: MEBCRS, scores: Tensor) -> Tensor:
@@ -52,4 +53,4 @@ def edge_softmax(a: MEBCRS, scores: Tensor) -> Tensor:
     real nonzeros, max-subtracted, in fp32 (float64 for float64 scores). Slots outside the
     pattern are 0 in the output and never count as neighbours."""
     check_values("scores", scores, a)
-    return edge_softmax_op(*pattern_args(a), scores, a.n_rows, a.k)
+    return edge_softmax_autograd(*pattern_args(a), scores, a.n_rows, a.k)

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
+from ._autograd import with_eager_autograd
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
 from .precision import check_precision, compute_dtype
 from .reference import sddmm_reference
@@ -58,7 +59,7 @@ def _backward(ctx, grad):
     return (None, None, None, grad_x, grad_y) + (None,) * 7
 
 
-sddmm_op.register_autograd(_backward, setup_context=_setup_context)
+sddmm_autograd = with_eager_autograd(sddmm_op, _setup_context, _backward)
 
 
 def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
@@ -73,4 +74,4 @@ def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
     need_t = torch.is_grad_enabled() and y.requires_grad
-    return sddmm_op(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))
+    return sddmm_autograd(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))

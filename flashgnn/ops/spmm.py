@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
+from ._autograd import with_eager_autograd
 from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
 from .precision import check_precision
 from .reference import spmm_reference
@@ -60,7 +61,7 @@ def _backward(ctx, grad):
     return (None, None, None, grad_values, grad_x) + (None,) * 9
 
 
-spmm_op.register_autograd(_backward, setup_context=_setup_context)
+spmm_autograd = with_eager_autograd(spmm_op, _setup_context, _backward)
 
 
 def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None = None,
@@ -78,5 +79,5 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
     check_values("values", values, a)
     check_dense("x", x, a.n_cols, a.device)
     need_t = torch.is_grad_enabled() and x.requires_grad
-    return spmm_op(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
+    return spmm_autograd(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
                    *transpose_args(a, need_t))
