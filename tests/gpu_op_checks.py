@@ -1,0 +1,119 @@
+"""Shared by test_spmm_gpu.py and test_sddmm_gpu.py: error bounds, NaN-poisoned launches, and
+the sparse matrices the public ops are checked on (the random shapes of kernel_cases.py, every
+real graph of the datasets folder and a sample of the rectangular DLMC matrices), each with
+fixed random values and cached ME-BCRS formats per device and block width."""
+from __future__ import annotations
+
+import functools
+import zlib
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from flashgnn import MEBCRS
+from tests.helpers import data_dir, graph_names, load_dlmc, load_npz_graph, random_values
+from tests.kernel_cases import CASES
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+SIZES = (1, 7, 16, 33, 64, 128, 256)
+BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
+"""Relative error against float64 with fp32 accumulation, ||y - ref|| / ||ref||."""
+_OUTPUT_ROUNDING = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+EMULATION_BOUND = 1e-5
+"""GPU against the CPU implementation of the same precision (same input rounding, fp32
+accumulation in another order)."""
+STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DLMC_SAMPLE = (0, 25, 100, 200, 300)  # 64x256 to 2048x512, sparsity 0.5 to 0.98
+
+_POISON_LARGE_BYTES = 256 << 20
+_POISON_SMALL_BLOCKS = 32  # of 1 MiB, the largest request the small pool serves
+
+
+def bound(precision: str, out_dtype: torch.dtype) -> float:
+    """The bound of ``precision``, or of the output's own rounding when that is coarser (an
+    fp32 product stored as bfloat16 is off by up to 2^-9 per element)."""
+    return max(BOUND[precision], _OUTPUT_ROUNDING.get(out_dtype, 0.0))
+
+
+def default_k(precision: str) -> int:
+    return 4 if precision == "tf32" else 8
+
+
+def seed_of(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def real_matrix_names() -> list[str]:
+    """``graph:<name>`` for every graph file, ``dlmc:<i>`` for the DLMC sample (when present)."""
+    root = data_dir()
+    dlmc = root is not None and any(root.glob("dlmc_*.npz"))
+    return [f"graph:{g}" for g in graph_names()] + ([f"dlmc:{i}" for i in DLMC_SAMPLE] if dlmc else [])
+
+
+@functools.lru_cache(maxsize=None)
+def matrix(name: str) -> sp.csr_matrix:
+    """Canonical float32 CSR: a case of kernel_cases.CASES, ``graph:<name>`` or ``dlmc:<i>``
+    (patterns only on disk, so nonzero random values are drawn), seeded by the name."""
+    rng = np.random.default_rng(seed_of(name))
+    if name in CASES:
+        return CASES[name](rng)
+    kind, _, key = name.partition(":")
+    if kind == "graph":
+        pattern = load_npz_graph(key)
+    elif kind == "dlmc":
+        ((_, pattern),) = load_dlmc([int(key)])
+    else:
+        raise KeyError(name)
+    values = random_values(pattern.nnz, rng).astype(np.float32)
+    return sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=pattern.shape)
+
+
+@functools.lru_cache(maxsize=None)
+def mebcrs(name: str, k: int, device: str) -> MEBCRS:
+    """ME-BCRS of ``matrix(name)`` built on ``device`` (the GPU builder on "cuda")."""
+    m = matrix(name)
+    return MEBCRS.from_csr(m.indptr, m.indices, torch.from_numpy(m.data), n_cols=m.shape[1], k=k,
+                           device=device)
+
+
+def dense(rows: int, cols: int, *seed_parts) -> torch.Tensor:
+    """float32 [rows, cols] standard normal on the CPU, seeded by ``seed_parts``."""
+    rng = np.random.default_rng(seed_of(rows, cols, *seed_parts))
+    return torch.from_numpy(rng.standard_normal((rows, cols), dtype=np.float32))
+
+
+def csr_rows(m: sp.csr_matrix) -> np.ndarray:
+    """Row of every nonzero, in CSR order."""
+    return np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+
+
+def poison_freed_memory() -> None:
+    """Make the CUDA caching allocator hand out NaN-filled memory next.
+
+    ``torch.empty`` on CUDA returns recycled blocks of the caching allocator without clearing
+    them, and the ops allocate their outputs (and workspaces) that way. So we release every
+    cached block (``empty_cache``), allocate one large block and enough 1 MiB blocks to fill
+    several small-pool segments, set every byte to 0xFF (NaN in float32, float16 and bfloat16
+    alike) and free them again: the op's next allocations are carved out of these blocks, and
+    an element a kernel fails to write reads back as NaN. ``test_poison_reaches_new_allocations``
+    checks the trick itself on the device.
+    """
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = [torch.empty(_POISON_LARGE_BYTES, dtype=torch.uint8, device="cuda")]
+    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(_POISON_SMALL_BLOCKS)]
+    for b in blocks:
+        b.fill_(0xFF)
+    del blocks
+
+
+def run_twice_poisoned(fn, device: torch.device) -> list:
+    """``fn()`` twice, each time right after ``poison_freed_memory()`` on CUDA (the first result
+    stays alive, so the second call gets other memory). On the CPU it just runs twice."""
+    results = []
+    for _ in range(2):
+        if torch.device(device).type == "cuda":
+            poison_freed_memory()
+        results.append(fn())
+    return results

@@ -1,0 +1,133 @@
+"""flashgnn.ops.spmm on CUDA tensors (the tensor-core kernels, and the fp32 path) against
+float64 scipy and against the CPU implementation of the same precision; outputs are checked
+for unwritten elements by poisoning the allocator with NaN before every call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from flashgnn.ops import spmm
+from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, bound, csr_rows, default_k,
+                                 dense, matrix, mebcrs, poison_freed_memory, real_matrix_names, run_twice_poisoned)
+from tests.helpers import GPU, rel_err
+from tests.kernel_cases import CASES
+
+pytestmark = GPU
+
+DEVICE = "cuda"
+HUB = "hub_1003x20011"
+
+
+def reference(name: str, x: torch.Tensor, values_dtype=torch.float32) -> np.ndarray:
+    """float64 A @ x with A's values as the op gets them (rounded to ``values_dtype``)."""
+    m = matrix(name)
+    values = torch.from_numpy(m.data).to(values_dtype).double().numpy()
+    return sp.csr_matrix((values, m.indices, m.indptr), shape=m.shape) @ x.double().numpy()
+
+
+def check_spmm(name: str, precision: str, n: int, *, k: int | None = None, x_dtype=torch.float32,
+               values_dtype=torch.float32, out_fp32: bool = False, x_offset: int = 0) -> None:
+    """Run spmm twice on NaN-poisoned memory; dtype, shape, every element written, and the
+    relative error bound of ``precision`` against float64. ``x_offset`` > 0 makes X start
+    that many elements into its buffer (misaligned for vector loads)."""
+    k = k or default_k(precision)
+    fmt = mebcrs(name, k, DEVICE)
+    n_rows, n_cols = fmt.shape
+    x = dense(n_cols, n, name).to(x_dtype)
+    x_dev = torch.cat([x.new_zeros(x_offset), x.flatten()]).to(DEVICE)[x_offset:].view(n_cols, n)
+    values = fmt.values.to(values_dtype)
+    ref = reference(name, x, values_dtype)
+    out_dtype = torch.float32 if out_fp32 else x_dtype
+    for y in run_twice_poisoned(lambda: spmm(fmt, x_dev, precision, values=values, out_fp32=out_fp32), DEVICE):
+        assert y.device.type == "cuda" and y.dtype == out_dtype and y.shape == (n_rows, n)
+        assert not torch.isnan(y).any(), "an output element was not written (NaN from the poisoned allocator)"
+        assert rel_err(y, ref) <= bound(precision, out_dtype)
+
+
+def test_poison_reaches_new_allocations():
+    """The allocator trick of gpu_op_checks.poison_freed_memory: fresh outputs of every size
+    and dtype the ops allocate read back as NaN until written."""
+    for shape, dtype in [((3, 5), torch.float16), ((1003, 33), torch.bfloat16), ((1, 1), torch.float32),
+                         ((8 * 20_000,), torch.float32), ((4096, 4096), torch.float32)]:
+        poison_freed_memory()
+        assert torch.isnan(torch.empty(shape, dtype=dtype, device=DEVICE)).all(), (shape, dtype)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_random_matrices(name, precision, n):
+    """n not a multiple of 8, empty rows and windows, a 20,000-nonzero hub row, windows of
+    exactly k and k + 1 vectors, rectangular and all-empty matrices."""
+    check_spmm(name, precision, n)
+
+
+@pytest.mark.parametrize("precision,k", [("tf32", 8), ("fp16", 4), ("bf16", 4), ("fp32", 4)])
+@pytest.mark.parametrize("n", [7, 64])
+def test_other_block_width(precision, k, n):
+    check_spmm(HUB, precision, n, k=k)
+
+
+@pytest.mark.parametrize("out_fp32", [False, True])
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_input_dtypes_and_out_fp32(precision, x_dtype, out_fp32):
+    """X (and A's values) in fp16/bf16/fp32 under every precision; output in X's dtype or fp32."""
+    check_spmm(HUB, precision, 33, x_dtype=x_dtype, values_dtype=x_dtype, out_fp32=out_fp32)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_misaligned_x(precision):
+    check_spmm("square_61x61", precision, 64, x_dtype=torch.float32, x_offset=1)
+    check_spmm("square_61x61", precision, 64, x_dtype=torch.float16, x_offset=3)
+
+
+@pytest.mark.parametrize("precision,n", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128)])
+@pytest.mark.parametrize("name", real_matrix_names())
+def test_real_matrices(name, precision, n):
+    check_spmm(name, precision, n)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", list(CASES) + real_matrix_names()[:3])
+def test_matches_cpu_emulation(name, precision):
+    """The GPU result equals the CPU implementation of the same precision up to fp32
+    accumulation order (fp32 outputs, so no output rounding can differ)."""
+    k = default_k(precision)
+    x = dense(matrix(name).shape[1], 64, name, "emulation")
+    gpu = spmm(mebcrs(name, k, DEVICE), x.to(DEVICE), precision, out_fp32=True)
+    cpu = spmm(mebcrs(name, k, "cpu"), x, precision, out_fp32=True)
+    assert rel_err(gpu, cpu) <= EMULATION_BOUND
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_gradients_match_cpu_and_float64(precision):
+    """dX = A^T dY and dvalues = SDDMM(dY, X) on a directed rectangular matrix (an A for A^T
+    mix-up cannot pass), on the GPU against the CPU and against float64."""
+    m = matrix(HUB)
+    k = default_k(precision)
+    x = dense(m.shape[1], 33, "grad x")
+    dy = dense(m.shape[0], 33, "grad dy")
+    grads = {}
+    for device in ("cpu", DEVICE):
+        fmt = mebcrs(HUB, k, device)
+        values = fmt.values.clone().requires_grad_()
+        xd = x.to(device, copy=True).requires_grad_()
+        spmm(fmt, xd, precision, values=values).backward(dy.to(device))
+        assert torch.equal(fmt.perm.cpu(), mebcrs(HUB, k, "cpu").perm)
+        grads[device] = (xd.grad.cpu(), values.grad.cpu())
+    (dx_cpu, dv_cpu), (dx_gpu, dv_gpu) = grads["cpu"], grads[DEVICE]
+    perm = mebcrs(HUB, k, "cpu").perm
+    assert rel_err(dx_gpu, dx_cpu) <= EMULATION_BOUND
+    assert rel_err(dv_gpu, dv_cpu) <= EMULATION_BOUND
+    padding = torch.ones(dv_gpu.numel(), dtype=torch.bool)
+    padding[perm] = False
+    assert torch.count_nonzero(dv_gpu[padding]) == 0, "a value slot outside the pattern got a gradient"
+
+    a64 = sp.csr_matrix(m, dtype=np.float64)
+    dy64, x64 = dy.double().numpy(), x.double().numpy()
+    assert rel_err(dx_gpu, a64.T @ dy64) <= BOUND[precision]
+    dv_ref = np.einsum("ij,ij->i", dy64[csr_rows(m)], x64[m.indices])
+    assert rel_err(dv_gpu[perm], dv_ref) <= BOUND[precision]
