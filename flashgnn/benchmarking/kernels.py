@@ -391,6 +391,8 @@ def run(args) -> int:
     print()
     for r in failed:
         print(f"FAILED {r.graph} {r.op} {r.impl} {r.size or ''}: {r.error}")
-    print("  ".join(f"{k}: {env[k]}" for k in ("gpu", "copy_bandwidth", "peak_memory") if k in env))
+    device_line = "  ".join(f"{k}: {env[k]}" for k in ("gpu", "copy_bandwidth", "peak_memory") if k in env)
+    if device_line:
+        print(device_line)
     print(table.text_table(*summary_table))
     return 1 if failed else 0

@@ -57,7 +57,7 @@ def _cell(name: str, value) -> str:
     if name == "nnz":
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+        return f"{value:.4g}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
     return str(value)
 
 
