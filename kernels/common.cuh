@@ -20,3 +20,42 @@ __device__ __forceinline__ i64 global_thread() {
 __device__ __forceinline__ i64 grid_stride() { return (i64)gridDim.x * blockDim.x; }
 
 }  // namespace fg
+
+// ---------------------------------------------------------------------------------------------
+// Window segments, shared by edge_softmax.cu and csr_spmm.cu.
+// A segment is a run of at most seg_vectors vectors of one window (flashgnn/_cuda/segments.py);
+// a window longer than that is split over several segments, each with its own workspace slot
+// `part` for partial results (-1 when one segment holds the whole window). seg_vectors is a
+// multiple of 8, so a segment starts on a block boundary of the value layout.
+namespace fg {
+
+struct WindowSegment {
+    i64 window;
+    i64 start;  // the window's first vector
+    int n_vec;  // vectors in the window
+    int begin;  // first vector of the segment, relative to start
+    int end;    // one past its last vector, relative to start
+    int part;   // workspace slot, or -1
+};
+
+__device__ __forceinline__ WindowSegment window_segment_at(const i64* __restrict__ row_ptr, i64 window,
+                                                           int begin, int part, int seg_vectors) {
+    WindowSegment s;
+    s.window = window;
+    s.start = row_ptr[window];
+    s.n_vec = (int)(row_ptr[window + 1] - s.start);
+    s.begin = begin;
+    s.end = min(begin + seg_vectors, s.n_vec);
+    s.part = part;
+    return s;
+}
+
+__device__ __forceinline__ WindowSegment window_segment(const i64* __restrict__ row_ptr,
+                                                        const int* __restrict__ seg_window,
+                                                        const int* __restrict__ seg_begin,
+                                                        const int* __restrict__ seg_part, i64 seg,
+                                                        int seg_vectors) {
+    return window_segment_at(row_ptr, seg_window[seg], seg_begin[seg], seg_part[seg], seg_vectors);
+}
+
+}  // namespace fg

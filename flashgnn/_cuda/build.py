@@ -1,14 +1,17 @@
-"""CSR -> ME-BCRS on the GPU."""
+"""CSR -> ME-BCRS on the GPU (kernels/mebcrs_build.cu explains the algorithm)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, ptr, require_device
 from .sources import register
 
-SOURCE = register("mebcrs_build.cu", ["scatter_values<float>", "scatter_values<double>"])
+SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::place_nonzeros",
+                                      "fg::scatter_values<float>", "fg::scatter_values<double>"])
 _TYPE = {torch.float32: "float", torch.float64: "double"}
+_THREADS = 256
+_TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE)
 
 
 def scatter_values(values: torch.Tensor, perm: torch.Tensor, n_slots: int) -> torch.Tensor:
@@ -18,16 +21,47 @@ def scatter_values(values: torch.Tensor, perm: torch.Tensor, n_slots: int) -> to
         return out.index_copy_(0, perm, values)
     nnz = values.numel()
     if nnz:
-        launch(SOURCE, f"scatter_values<{_TYPE[values.dtype]}>", values.device,
+        launch(SOURCE, f"fg::scatter_values<{_TYPE[values.dtype]}>", values.device,
                (min((nnz + 255) // 256, 65535),), (256,),
                ptr(values.contiguous()), ptr(perm), ptr(out), np.int64(nnz))
     return out
 
 
-def build_mebcrs_cuda(indptr, indices, values, n_cols: int, k: int, device: torch.device):
-    """ME-BCRS of a CSR matrix, built on ``device``; the same arrays as the CPU reference."""
-    from ..format import MEBCRS, WINDOW, build_pattern
+def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
+    """(row_ptr int64, col_idx int32, perm int64, vec_mask uint8) of a canonical CSR pattern
+    (indptr int64 [n_rows + 1], indices int64 [nnz], both on one GPU): the arrays of
+    flashgnn.format.build_pattern. One host synchronisation, for n_vectors."""
+    device = indices.device
+    n_rows, nnz = indptr.numel() - 1, indices.numel()
+    n_windows = (n_rows + 7) // 8
+    offs = torch.zeros(nnz + 1, dtype=torch.int64, device=device)
+    if nnz:
+        first = torch.empty(nnz, dtype=torch.uint8, device=device)
+        blocks = ((nnz + _TILE - 1) // _TILE,)
+        launch(SOURCE, "fg::mark_first", device, blocks, (_THREADS,),
+               ptr(indptr), ptr(indices), ptr(first), np.int64(n_rows), np.int64(nnz))
+        torch.cumsum(first, 0, dtype=torch.int64, out=offs[1:])
+    window_rows = torch.clamp(torch.arange(n_windows + 1, device=device) * 8, max=n_rows)
+    row_ptr = offs[indptr[window_rows]]
+    n_vectors = int(row_ptr[-1])
+    col_idx = torch.empty(n_vectors, dtype=torch.int32, device=device)
+    vec_mask = torch.empty(n_vectors, dtype=torch.uint8, device=device)
+    perm = torch.empty(nnz, dtype=torch.int64, device=device)
+    if nnz:
+        launch(SOURCE, "fg::place_nonzeros", device, blocks, (_THREADS,),
+               ptr(indptr), ptr(indices), ptr(offs), ptr(col_idx), ptr(vec_mask), ptr(perm),
+               np.int64(n_rows), np.int64(nnz), np.int32(k.bit_length() - 1))
+    return row_ptr, col_idx, perm, vec_mask
 
-    row_ptr, col_idx, perm, vec_mask = build_pattern(indptr.to(device), indices.to(device), n_cols, k)
+
+def build_mebcrs_cuda(indptr, indices, values, n_cols: int, k: int, device: torch.device):
+    """ME-BCRS of a canonical CSR matrix, built on ``device``; the same arrays as the CPU
+    reference. indptr, indices: int64 (any device); values: float [nnz]."""
+    from ..format import MEBCRS, WINDOW
+
+    require_device(device)
+    indptr = indptr.to(device=device, dtype=torch.int64).contiguous()
+    indices = indices.to(device=device, dtype=torch.int64).contiguous()
+    row_ptr, col_idx, perm, vec_mask = build_pattern_cuda(indptr, indices, k)
     out = scatter_values(values.to(device), perm, WINDOW * col_idx.numel())
     return MEBCRS(row_ptr, col_idx, out, perm, vec_mask, indptr.numel() - 1, n_cols, k)

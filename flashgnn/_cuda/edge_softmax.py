@@ -1,0 +1,107 @@
+"""Launchers of the edge softmax kernels (kernels/edge_softmax.cu), registered as the CUDA
+implementation of the custom ops flashgnn::edge_softmax and flashgnn::edge_softmax_backward.
+
+Importing this module needs no GPU and no cuda-python: kernels compile at their first launch.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..ops.edge_softmax import edge_softmax_backward_op, edge_softmax_op
+from ..ops.reference import edge_softmax_backward_reference, edge_softmax_reference
+from .runtime import launch, ptr
+from .segments import segments_for
+from .sources import register
+
+_OPS = {"forward": ("fg::softmax::Forward", 2), "backward": ("fg::softmax::Backward", 1)}  # tag, STATS
+_STAGES = ("edge_softmax_segments", "edge_softmax_combine", "edge_softmax_finish")
+SOURCE = register("edge_softmax.cu",
+                  [f"fg::softmax::{stage}<{tag}>" for stage in _STAGES for tag, _ in _OPS.values()])
+_WARPS = 8  # warps per block, one window segment (or split window) each
+_INPUTS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _blocks(warps: int) -> tuple[int]:
+    return ((warps + _WARPS - 1) // _WARPS,)
+
+
+def _check(row_ptr, vec_mask, k, named):
+    if k not in (8, 4):
+        raise ValueError(f"k must be 8 or 4, got {k}")
+    if row_ptr.dtype != torch.int64 or vec_mask.dtype != torch.uint8:
+        raise ValueError(f"row_ptr must be int64 and vec_mask uint8, got {row_ptr.dtype} and {vec_mask.dtype}")
+    if row_ptr.device != vec_mask.device:
+        raise ValueError(f"row_ptr is on {row_ptr.device} but vec_mask on {vec_mask.device}")
+    for name, t in named.items():
+        if t.dtype not in _INPUTS:
+            raise ValueError(f"{name} must be float16, bfloat16 or float32 (float64 takes the reference), "
+                             f"got {t.dtype}")
+        if t.shape != (8 * vec_mask.numel(),):
+            raise ValueError(f"{name} must have shape ({8 * vec_mask.numel()},) (the value layout), "
+                             f"got {tuple(t.shape)}")
+        if t.device != vec_mask.device or t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; every input must be on one CUDA device")
+
+
+def _run(op: str, row_ptr, vec_mask, a, b, k: int, out) -> torch.Tensor:
+    tag, n_stats = _OPS[op]
+    device = a.device
+    a = a.to(torch.float32).contiguous()
+    b = a if b is None else b.to(torch.float32).contiguous()
+    n_slots = a.numel()
+    if out is None:
+        out = torch.empty(n_slots, dtype=torch.float32, device=device)
+    elif out.shape != (n_slots,) or out.dtype != torch.float32 or out.device != device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous float32 tensor of shape ({n_slots},) on {device}")
+    seg = segments_for(row_ptr)
+    if seg.n_segments == 0:
+        return out
+    part_stats = torch.empty(max(seg.n_parts, 1) * n_stats * 8, dtype=torch.float32, device=device)
+    k_log2 = np.int32(k.bit_length() - 1)
+    launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
+           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
+           np.int64(seg.n_segments), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
+    if seg.n_parts:
+        n_split = seg.split_window.numel()
+        window_stats = torch.empty(n_split * n_stats * 8, dtype=torch.float32, device=device)
+        launch(SOURCE, f"fg::softmax::edge_softmax_combine<{tag}>", device, _blocks(n_split), (32 * _WARPS,),
+               ptr(part_stats), ptr(seg.split_part), ptr(seg.split_count), np.int64(n_split), ptr(window_stats))
+        launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
+               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), ptr(seg.split_window), ptr(seg.split_part),
+               np.int64(n_split), np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(window_stats))
+    return out
+
+
+def edge_softmax_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, scores: torch.Tensor, k: int,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax of ``scores`` over each row's real nonzeros, on the GPU.
+
+    row_ptr int64 [n_windows + 1], vec_mask uint8 [n_vectors]: the pattern; scores float16,
+    bfloat16 or float32 [8 * n_vectors] in the value layout of block width ``k``. Returns
+    float32 [8 * n_vectors] (written into ``out`` when given); padding slots are 0.
+    """
+    _check(row_ptr, vec_mask, k, {"scores": scores})
+    return _run("forward", row_ptr, vec_mask, scores, None, k, out)
+
+
+def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, probs: torch.Tensor,
+                               grad: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """d(scores) = p * (g - sum_row p * g) on the real slots, on the GPU; probs (the forward's
+    output) and grad as ``scores`` in edge_softmax_cuda. Returns float32 [8 * n_vectors]."""
+    _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
+    return _run("backward", row_ptr, vec_mask, probs, grad, k, out)
+
+
+@edge_softmax_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
+    if scores.dtype == torch.float64:
+        return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
+    return edge_softmax_cuda(row_ptr, vec_mask, scores, k)
+
+
+@edge_softmax_backward_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k):
+    if torch.float64 in (probs.dtype, grad.dtype):
+        return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
+    return edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)
