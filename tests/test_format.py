@@ -205,13 +205,13 @@ def test_dataset_graph_against_spec(name, load_graph, rng):
     assert_round_trip(fmt, a)
 
 
-DLMC_SAMPLE = [0, 20, 80, 120, 180, 220, 260, 300]  # every sparsity level, square and rectangular
+DLMC_SAMPLE = [0, 20, 52, 106, 140, 160, 214, 268, 300]  # sparsity 0.5 to 0.98, wide and tall
 
 
 def test_dlmc_sample_against_spec(data_dir, rng):
-    for i, (name, a) in zip(DLMC_SAMPLE, load_dlmc(DLMC_SAMPLE)):
+    for i, (name, a) in enumerate(load_dlmc(DLMC_SAMPLE)):
         a.data = random_values(a.nnz, rng).astype(np.float32)
-        fmt = build(a, k=8 if i % 40 == 0 else 4)
+        fmt = build(a, k=8 if i % 2 == 0 else 4)
         assert_mebcrs_of(fmt, a)
         fmt.validate()
         assert_round_trip(fmt, a)

@@ -2,6 +2,8 @@
 for every precision, the precision emulation itself, gradients, opcheck and bad inputs."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -136,7 +138,7 @@ def test_spmm_on_dataset_graph(name, load_graph, rng):
 
 
 def test_spmm_on_dlmc_sample(data_dir, rng):
-    for name, a in load_dlmc([10, 130, 250]):
+    for name, a in load_dlmc([20, 140, 250]):  # 128 x 1152, 512 x 128, 1024 x 256
         a.data = random_values(a.nnz, rng).astype(np.float32)
         fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data, n_cols=a.shape[1], k=8)
         x = torch.randn(a.shape[1], 33)
@@ -357,3 +359,29 @@ def test_round_tf32_matches_arithmetic_rounding(rng):
     assert got[:8].view(np.uint32).tolist() == [0x3F802000, 0xBF802000, 0x3F800000, 0x3F802000, 0x3F802000,
                                                  0x40000000, 0x7F800000, 0xFF800000]
     assert got[8:13].view(np.uint32).tolist() == [0x00002000, 0x00000000, 0x80002000, 0, 0x80000000]
+
+
+
+def test_formats_sharing_col_idx_do_not_share_results(rng):
+    """Two valid formats holding one col_idx tensor but different vec_mask (B keeps one
+    nonzero of each of A's vectors): each op's result follows its own arguments."""
+    a, fmt_a = directed(rng, 8)
+    rows, cols = csr_rows(a), a.indices
+    _, first = np.unique((rows // 8) * a.shape[1] + cols, return_index=True)  # CSR order: lowest row first
+    b = csr_from_coo(rows[first], cols[first], a.shape, rng, dtype=np.float32)
+    fmt_b = MEBCRS.from_csr(b.indptr, b.indices, b.data, n_cols=a.shape[1], k=8)
+    assert torch.equal(fmt_b.col_idx, fmt_a.col_idx) and not torch.equal(fmt_b.vec_mask, fmt_a.vec_mask)
+    fmt_b = dataclasses.replace(fmt_b, col_idx=fmt_a.col_idx)
+    fmt_b.validate()
+    x, u = torch.randn(a.shape[1], 4), torch.randn(a.shape[0], 4)
+    scores = torch.randn(8 * fmt_a.n_vectors)
+    ops.sddmm(fmt_a, u, x)
+    ops.edge_softmax(fmt_a, scores)
+
+    out = ops.sddmm(fmt_b, u, x)
+    assert not out[padding_mask(fmt_b)].any(), "sddmm wrote slots that are padding in B"
+    b_rows = csr_rows(b)
+    assert rel_err(out[fmt_b.perm], (u.double().numpy()[b_rows] * x.double().numpy()[b.indices]).sum(1)) <= 1e-6
+    probs = ops.edge_softmax(fmt_b, scores)
+    expected = softmax_by_row(b_rows, scores[fmt_b.perm].double().numpy(), b.shape[0])
+    assert rel_err(probs[fmt_b.perm], expected) <= 1e-6
