@@ -1,15 +1,7 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
-    packages=[
-        "flashgnn",
-        "flashgnn._cuda",
-        "flashgnn.ops",
-        "flashgnn.nn",
-        "flashgnn.data",
-        "flashgnn.models",
-        "flashgnn.kernels",
-    ],
+    packages=find_packages(include=["flashgnn", "flashgnn.*"]) + ["flashgnn.models", "flashgnn.kernels"],
     package_dir={"flashgnn.models": "models", "flashgnn.kernels": "kernels"},
     package_data={"flashgnn.kernels": ["*.cu", "*.cuh"]},
 )

@@ -26,6 +26,7 @@ struct SpmmArgs {
     const i64* row_ptr;
     const int* col_idx;
     const float* values;
+    const u8* vec_mask;     // bit r: row r of the vector is a real nonzero
     const int* seg_window;  // window of each segment
     const int* seg_begin;   // first vector of the segment, relative to the window
     const int* seg_part;    // workspace slot of a split window's segment, or -1
@@ -39,12 +40,12 @@ struct SpmmArgs {
 
 // Kernel parameters shared by both SpMM kernels (cuda.core passes scalars and pointers only).
 #define SPMM_PARAMS                                                                                   \
-    const i64 *row_ptr, const int *col_idx, const float *values, const int *seg_window,              \
+    const i64 *row_ptr, const int *col_idx, const float *values, const u8 *vec_mask, const int *seg_window,              \
         const int *seg_begin, const int *seg_part, float *workspace, i64 n_segments, int seg_vectors, \
         int n_rows, int n, int aligned
 #define SPMM_ARGS                                                                                     \
     SpmmArgs {                                                                                        \
-        row_ptr, col_idx, values, seg_window, seg_begin, seg_part, workspace, n_segments, seg_vectors, \
+        row_ptr, col_idx, values, vec_mask, seg_window, seg_begin, seg_part, workspace, n_segments, seg_vectors, \
             n_rows, n, aligned                                                                        \
     }
 
@@ -89,6 +90,12 @@ __device__ __forceinline__ const int* stage_columns(const SpmmArgs& a, const Seg
     for (int j = s.begin + (threadIdx.x & 31); j < s.end; j += 32) cols[j - s.begin] = a.col_idx[s.start + j];
     __syncwarp();
     return cols - s.begin;
+}
+
+// Value of row r of vector j, or 0 where that slot is padding (whatever it holds).
+template <int K>
+__device__ __forceinline__ float real_value(const SpmmArgs& a, const Segment& s, int j, int r) {
+    return (a.vec_mask[s.start + j] >> r) & 1 ? __ldg(a.values + value_slot<K>(s.start, s.nv, j, r)) : 0.f;
 }
 
 // Writes rows 2t and 2t + 1 of the window (8 features each, from 4 tiles of accumulators).
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(128, 8) spmm_mma16(SPMM_PARAMS, const u16* __r
                 if (j < s.end) {
                     const i64 col = cols[j];
                     load_group<u16, LANE_FEATURES>(xw[u][q], x + col * a.n + s.f0, valid, a.aligned);
-                    val[u][q] = Operand<P>::round(__ldg(a.values + value_slot<K>(s.start, s.nv, j, g)));
+                    val[u][q] = Operand<P>::round(real_value<K>(a, s, j, g));
                 } else {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) xw[u][q][i] = 0;
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(128, 8) spmm_tf32(SPMM_PARAMS, const float* __
             if (j < s.end) {
                 const i64 col = cols[j];
                 load_group<float, LANE_FEATURES>(xw[u], x + col * a.n + s.f0, valid, a.aligned);
-                b0[u] = float_to_tf32(__ldg(a.values + value_slot<K>(s.start, s.nv, j, g)));
+                b0[u] = float_to_tf32(real_value<K>(a, s, j, g));
             } else {
 #pragma unroll
                 for (int i = 0; i < LANE_FEATURES; ++i) xw[u][i] = 0;

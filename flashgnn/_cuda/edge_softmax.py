@@ -91,17 +91,3 @@ def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, pr
     output) and grad as ``scores`` in edge_softmax_cuda. Returns float32 [8 * n_vectors]."""
     _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
     return _run("backward", row_ptr, vec_mask, probs, grad, k, out)
-
-
-@edge_softmax_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
-    if scores.dtype == torch.float64:
-        return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
-    return edge_softmax_cuda(row_ptr, vec_mask, scores, k)
-
-
-@edge_softmax_backward_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k):
-    if torch.float64 in (probs.dtype, grad.dtype):
-        return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
-    return edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)

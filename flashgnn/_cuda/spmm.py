@@ -34,7 +34,7 @@ def _aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def spmm_tensor_core(row_ptr, col_idx, values, x, n_rows: int, k: int, precision: str,
+def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first)."""
@@ -50,7 +50,7 @@ def spmm_tensor_core(row_ptr, col_idx, values, x, n_rows: int, k: int, precision
     warps = seg.n_segments * ((n + FEATURES_PER_WARP - 1) // FEATURES_PER_WARP)
     blocks = (warps + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
     launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
-           ptr(row_ptr), ptr(col_idx), ptr(vals), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
+           ptr(row_ptr), ptr(col_idx), ptr(vals), ptr(vec_mask), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
            ptr(workspace), np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(n_rows),
            np.int32(n), np.int32(aligned), ptr(xs), ptr(out), shmem=4 * WARPS_PER_BLOCK * seg.seg_vectors)
     if seg.n_parts:

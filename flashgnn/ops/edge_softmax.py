@@ -23,6 +23,24 @@ def edge_softmax_backward_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor,
     return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
 
 
+@edge_softmax_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
+    if scores.dtype == torch.float64:
+        return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
+    from .._cuda.edge_softmax import edge_softmax_cuda
+
+    return edge_softmax_cuda(row_ptr, vec_mask, scores, k)
+
+
+@edge_softmax_backward_op.register_kernel("cuda")
+def _(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k):
+    if torch.float64 in (probs.dtype, grad.dtype):
+        return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
+    from .._cuda.edge_softmax import edge_softmax_backward_cuda
+
+    return edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)
+
+
 @edge_softmax_op.register_fake
 def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
     return scores.new_empty(scores.shape, dtype=compute_dtype(scores))

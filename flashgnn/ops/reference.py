@@ -17,13 +17,13 @@ _COORDS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def _coords(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
-    """decode_slots, cached while ``col_idx`` lives (a format's pattern never changes in place)."""
-    key = (k, col_idx._version, vec_mask._version)
+    """decode_slots, cached while ``col_idx`` lives, for the same row_ptr, vec_mask and k."""
+    key = (k, row_ptr._version, col_idx._version, vec_mask._version)
     hit = _COORDS.get(col_idx)
-    if hit is None or hit[0] != key:
-        hit = (key, decode_slots(row_ptr, col_idx, vec_mask, k))
+    if hit is None or hit[0] is not row_ptr or hit[1] is not vec_mask or hit[2] != key:
+        hit = (row_ptr, vec_mask, key, decode_slots(row_ptr, col_idx, vec_mask, k))
         _COORDS[col_idx] = hit
-    return hit[1]
+    return hit[3]
 
 
 def _chunks(n: int, width: int):

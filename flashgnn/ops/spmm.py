@@ -23,11 +23,16 @@ def spmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, 
 
 @spmm_op.register_kernel("cuda")
 def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
-    if precision == "fp32" or torch.float64 in (values.dtype, x.dtype):
+    if torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
+    if precision == "fp32":
+        from .._cuda.csr_spmm import spmm_fp32
+
+        y = spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k)
+        return y if out_fp32 else y.to(x.dtype)
     from .._cuda.spmm import spmm_tensor_core
 
-    return spmm_tensor_core(row_ptr, col_idx, values, x, n_rows, k, precision,
+    return spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision,
                             torch.float32 if out_fp32 else x.dtype)
 
 
@@ -70,8 +75,7 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
 
     a: MEBCRS [n_rows, n_cols]; x: [n_cols, N] float16/bfloat16/float32/float64;
     values: A's values in its value layout ([8 * n_vectors]) to use instead of ``a.values``
-    (differentiable); slots outside the pattern must hold 0, as the ops' outputs do (the
-    kernels multiply whole 8 x k blocks). Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
+    (differentiable); slots outside the pattern are ignored. Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
     Inputs are rounded to ``precision``'s storage type; products accumulate in fp32.
     """
     check_precision(precision)
