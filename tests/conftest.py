@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers import NO_DATA, load_npz_graph
 from tests.helpers import data_dir as find_data_dir
-from tests.helpers import load_npz_graph
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def data_dir():
     the test is skipped when it is absent."""
     path = find_data_dir()
     if path is None:
-        pytest.skip("datasets not found: set FLASHGNN_DATA or provide ../shared/datasets")
+        pytest.skip(NO_DATA)
     return path
 
 

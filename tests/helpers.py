@@ -71,6 +71,15 @@ def data_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
+NO_DATA = "datasets not found: set FLASHGNN_DATA or provide ../shared/datasets"
+
+
+def graph_params() -> list:
+    """``graph_names()`` for ``pytest.mark.parametrize``; where the datasets are absent, one
+    parameter skipped with the reason (an empty list would only say "empty parameter set")."""
+    return graph_names() or [pytest.param("no-datasets", marks=pytest.mark.skip(reason=NO_DATA))]
+
+
 def graph_names() -> list[str]:
     """Names of the graph files (every .npz but the DLMC weight collection), sorted."""
     root = data_dir()
@@ -83,7 +92,7 @@ def load_npz_graph(name: str) -> sp.csr_matrix:
     """Adjacency of graph ``name`` as an n x n scipy CSR of float32 ones (int32 indices)."""
     root = data_dir()
     if root is None:
-        pytest.skip("datasets not found: set FLASHGNN_DATA or provide ../shared/datasets")
+        pytest.skip(NO_DATA)
     with np.load(root / f"{name}.npz") as d:
         indptr, indices, n = d["indptr"], d["indices"], int(d["num_nodes"])
     return sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(n, n))
@@ -96,7 +105,7 @@ def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
     """(name, pattern as a scipy CSR of float32 ones) of the DLMC matrices at ``indices``."""
     root = data_dir()
     if root is None or not (root / DLMC_FILE).is_file():
-        pytest.skip(f"{DLMC_FILE} not found: set FLASHGNN_DATA or provide ../shared/datasets")
+        pytest.skip(f"{DLMC_FILE}: {NO_DATA}")
     out = []
     with np.load(root / DLMC_FILE) as d:
         names, shapes = d["names"], d["shapes"]

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn.format import MEBCRS, decode_slots, vector_slots
-from tests.helpers import csr_from_coo, graph_names, load_dlmc, random_csr, random_values
+from tests.helpers import csr_from_coo, graph_names, graph_params, load_dlmc, random_csr, random_values
 from tests.mebcrs_spec import assert_mebcrs_of
 
 
@@ -192,7 +192,7 @@ def test_default_values_and_n_cols(rng):
 GRAPHS = graph_names()
 
 
-@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("name", graph_params())
 def test_dataset_graph_against_spec(name, load_graph, rng):
     """Every graph of ../shared/datasets, with random values so misplaced values show; k
     alternates between graphs so both block widths meet real degree distributions."""

@@ -12,7 +12,7 @@ import torch
 from flashgnn import ops
 from flashgnn.format import MEBCRS
 from flashgnn.ops.precision import round_tf32
-from tests.helpers import csr_from_coo, graph_names, load_dlmc, random_csr, random_values, rel_err
+from tests.helpers import csr_from_coo, graph_names, graph_params, load_dlmc, random_csr, random_values, rel_err
 
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 # relative error against float64 on unrounded inputs: input rounding (unit roundoff 2^-24,
@@ -126,7 +126,7 @@ def test_spmm_custom_values(rng):
 GRAPHS = graph_names()
 
 
-@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("name", graph_params())
 def test_spmm_on_dataset_graph(name, load_graph, rng):
     a = load_graph(name)
     a.data = random_values(a.nnz, rng).astype(np.float32)
