@@ -4,6 +4,7 @@ real graph of the datasets folder and a sample of the rectangular DLMC matrices)
 fixed random values and cached ME-BCRS formats per device and block width."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import zlib
 
@@ -26,8 +27,6 @@ accumulation in another order)."""
 STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DLMC_SAMPLE = (0, 25, 100, 200, 300)  # 64x256 to 2048x512, sparsity 0.5 to 0.98
 
-_POISON_LARGE_BYTES = 256 << 20
-_POISON_SMALL_BLOCKS = 32  # of 1 MiB, the largest request the small pool serves
 
 
 def bound(precision: str, out_dtype: torch.dtype) -> float:
@@ -88,32 +87,29 @@ def csr_rows(m: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
 
 
-def poison_freed_memory() -> None:
-    """Make the CUDA caching allocator hand out NaN-filled memory next.
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Within the block, every floating-point CUDA tensor made by ``torch.empty`` (how the ops
+    allocate outputs and workspaces) starts filled with NaN, so an element a kernel fails to
+    write reads back as NaN. Patching ``torch.empty`` is exact where recycling the caching
+    allocator's blocks is not (small requests come from pools the trick may miss)."""
+    real_empty = torch.empty
 
-    ``torch.empty`` on CUDA returns recycled blocks of the caching allocator without clearing
-    them, and the ops allocate their outputs (and workspaces) that way. So we release every
-    cached block (``empty_cache``), allocate one large block and enough 1 MiB blocks to fill
-    several small-pool segments, set every byte to 0xFF (NaN in float32, float16 and bfloat16
-    alike) and free them again: the op's next allocations are carved out of these blocks, and
-    an element a kernel fails to write reads back as NaN. ``test_poison_reaches_new_allocations``
-    checks the trick itself on the device.
-    """
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    blocks = [torch.empty(_POISON_LARGE_BYTES, dtype=torch.uint8, device="cuda")]
-    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(_POISON_SMALL_BLOCKS)]
-    for b in blocks:
-        b.fill_(0xFF)
-    del blocks
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.is_cuda and t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    torch.empty = empty
+    try:
+        yield
+    finally:
+        torch.empty = real_empty
 
 
 def run_twice_poisoned(fn, device: torch.device) -> list:
-    """``fn()`` twice, each time right after ``poison_freed_memory()`` on CUDA (the first result
-    stays alive, so the second call gets other memory). On the CPU it just runs twice."""
-    results = []
-    for _ in range(2):
-        if torch.device(device).type == "cuda":
-            poison_freed_memory()
-        results.append(fn())
-    return results
+    """``fn()`` twice inside ``poisoned_allocations()`` (the first result stays alive, so the
+    second call gets other memory). On the CPU it just runs twice."""
+    with poisoned_allocations():
+        return [fn(), fn()]

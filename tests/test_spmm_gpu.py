@@ -10,7 +10,8 @@ import torch
 
 from flashgnn.ops import spmm
 from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, bound, csr_rows, default_k,
-                                 dense, matrix, mebcrs, poison_freed_memory, real_matrix_names, run_twice_poisoned)
+                                 dense, matrix, mebcrs, poisoned_allocations, real_matrix_names,
+                                 run_twice_poisoned)
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
 
@@ -47,12 +48,14 @@ def check_spmm(name: str, precision: str, n: int, *, k: int | None = None, x_dty
 
 
 def test_poison_reaches_new_allocations():
-    """The allocator trick of gpu_op_checks.poison_freed_memory: fresh outputs of every size
-    and dtype the ops allocate read back as NaN until written."""
-    for shape, dtype in [((3, 5), torch.float16), ((1003, 33), torch.bfloat16), ((1, 1), torch.float32),
-                         ((8 * 20_000,), torch.float32), ((4096, 4096), torch.float32)]:
-        poison_freed_memory()
-        assert torch.isnan(torch.empty(shape, dtype=dtype, device=DEVICE)).all(), (shape, dtype)
+    """gpu_op_checks.poisoned_allocations: fresh outputs of every size and dtype the ops
+    allocate read back as NaN until written, and torch.empty is restored afterwards."""
+    real_empty = torch.empty
+    with poisoned_allocations():
+        for shape, dtype in [((3, 5), torch.float16), ((1003, 33), torch.bfloat16), ((1, 1), torch.float32),
+                             ((8 * 20_000,), torch.float32), ((4096, 4096), torch.float32)]:
+            assert torch.isnan(torch.empty(shape, dtype=dtype, device=DEVICE)).all(), (shape, dtype)
+    assert torch.empty is real_empty
 
 
 @pytest.mark.parametrize("n", SIZES)
