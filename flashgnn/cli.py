@@ -9,6 +9,8 @@ import sys
 SUBCOMMANDS = {
     "demo": ("flashgnn.demo", "run the sparse ops end to end on a generated graph"),
     "bench": ("flashgnn.bench", "benchmarks (kernels: SpMM and SDDMM against cuSPARSE)"),
+    "train": ("flashgnn.train", "train a GNN from a YAML config (configs/)"),
+    "compare": ("flashgnn.compare", "train one config under several precisions and tabulate accuracy and time"),
 }
 
 

@@ -1,0 +1,153 @@
+"""Run configurations: YAML files, ``key=value`` overrides and their validation.
+
+A config has four sections and two top-level keys::
+
+    name: gcn-cora            # run name (default: <model>-<dataset>)
+    self_loops: true          # add a self-loop to every node before training
+    dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
+    model: {name: gcn, ...}      # build_model's name and keyword arguments
+    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress}
+    output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import yaml
+
+from ..ops.precision import PRECISIONS
+
+DEFAULTS = {
+    "name": None,
+    "self_loops": True,
+    "dataset": {"name": "synthetic"},
+    "model": {"name": "gcn"},
+    "train": {
+        "epochs": 200,
+        "lr": 0.01,
+        "weight_decay": 5e-4,
+        "patience": 100,  # epochs without a better validation score before stopping; null: never
+        "precision": "fp32",
+        "seed": 0,
+        "device": "auto",  # "auto": cuda when available, else cpu
+        "eval_every": 1,
+        "progress": None,  # the tqdm bar: null shows it on a terminal only
+    },
+    "output": {"root": "runs", "dir": None},
+}
+_FREE_SECTIONS = ("dataset", "model")  # keyword arguments checked by the loader / model
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the key."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, except that ``1e-3`` is a float (YAML 1.2), not a string."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def _parse(text: str):
+    return yaml.load(text, Loader=_Loader)
+
+
+def load_config(path) -> dict:
+    """The mapping in YAML file ``path`` (not yet merged with the defaults)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    try:
+        config = _parse(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} must hold a mapping of config keys, got {type(config).__name__}")
+    return config
+
+
+def apply_overrides(config: dict, overrides) -> dict:
+    """A copy of ``config`` with every ``"dotted.key=value"`` of ``overrides`` set; values are
+    read as YAML (``train.lr=1e-3`` is a float, ``train.patience=null`` None)."""
+    config = copy.deepcopy(config)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        try:
+            value = _parse(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML: {e}") from e
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[leaf] = value
+    return config
+
+
+def _merge(defaults: dict, given: dict, where: str) -> dict:
+    merged = copy.deepcopy(defaults)
+    for key, value in given.items():
+        if key not in defaults:
+            raise ConfigError(f"unknown config key '{where}{key}'; valid keys: {sorted(defaults)}")
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key '{where}{key}' must be a mapping, got {value!r}")
+            # a given dataset or model section replaces the default one whole
+            merged[key] = dict(value) if key in _FREE_SECTIONS else _merge(defaults[key], value, f"{where}{key}.")
+        else:
+            merged[key] = value
+    return merged
+
+
+def _require(ok: bool, key: str, need: str, value) -> None:
+    if not ok:
+        raise ConfigError(f"config key {key!r} must be {need}, got {value!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def resolve_config(config: dict) -> dict:
+    """``config`` merged over DEFAULTS and checked: unknown keys and bad values raise
+    ConfigError naming the key."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"a config must be a mapping, got {type(config).__name__}")
+    cfg = _merge(DEFAULTS, config, "")
+    for section in _FREE_SECTIONS:
+        name = cfg[section].get("name")
+        _require(isinstance(name, str) and bool(name), f"{section}.name", "a non-empty string", name)
+    t = cfg["train"]
+    _require(_is_int(t["epochs"]) and t["epochs"] >= 1, "train.epochs", "an integer >= 1", t["epochs"])
+    _require(_is_number(t["lr"]) and t["lr"] > 0, "train.lr", "a number > 0", t["lr"])
+    _require(_is_number(t["weight_decay"]) and t["weight_decay"] >= 0, "train.weight_decay", "a number >= 0",
+             t["weight_decay"])
+    _require(t["patience"] is None or (_is_int(t["patience"]) and t["patience"] >= 1), "train.patience",
+             "an integer >= 1 or null", t["patience"])
+    _require(t["precision"] in PRECISIONS, "train.precision", f"one of {PRECISIONS}", t["precision"])
+    _require(_is_int(t["seed"]), "train.seed", "an integer", t["seed"])
+    _require(isinstance(t["device"], str), "train.device", "a device string ('auto', 'cpu', 'cuda:0')",
+             t["device"])
+    _require(_is_int(t["eval_every"]) and t["eval_every"] >= 1, "train.eval_every", "an integer >= 1",
+             t["eval_every"])
+    _require(t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"])
+    _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
+    if cfg["name"] is None:
+        cfg["name"] = f"{cfg['model']['name']}-{cfg['dataset']['name']}"
+    _require(isinstance(cfg["name"], str) and "/" not in cfg["name"], "name", "a string without '/'", cfg["name"])
+    return cfg

@@ -1,0 +1,268 @@
+"""Full-graph training of one model on one dataset, as a config describes it.
+
+A run writes into its folder: ``config.yaml`` (the resolved config), ``metrics.csv`` (one
+row per epoch), ``last.pt`` (resumable state), ``best.pt`` (weights of the best validation
+epoch) and ``summary.json`` (scores of the best epoch, preprocessing and epoch times, peak
+memory).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+import resource
+import statistics
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from tqdm import tqdm
+
+from .. import __version__
+from ..data import Dataset, load_dataset
+from ..graph import Graph
+from ..precision_context import block_width
+from . import checkpoint
+from .config import ConfigError, resolve_config
+from .precision import dense_precision, grad_scaler, precision_scope
+
+CSV_FIELDS = ("epoch", "loss", "train", "val", "test", "epoch_time_s", "eval_time_s")
+SPLITS = ("train", "val", "test")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise ConfigError(f"config key 'train.device': {e}") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config key 'train.device' is {name!r} but CUDA is not available")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def new_run_dir(cfg: dict) -> Path:
+    """``output.dir`` when set, else a new ``<output.root>/<name>-<timestamp>`` folder."""
+    if cfg["output"]["dir"] is not None:
+        return Path(cfg["output"]["dir"])
+    base = Path(cfg["output"]["root"]) / f"{cfg['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+    path, i = base, 1
+    while path.exists():
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
+
+
+def load_configured_dataset(section: dict) -> Dataset:
+    """``load_dataset`` with the config's dataset section; a bad keyword is a ConfigError."""
+    kw = {k: v for k, v in section.items() if k != "name"}
+    try:
+        return load_dataset(section["name"], **kw)
+    except TypeError as e:
+        raise ConfigError(f"config section 'dataset' ({section['name']}): {e}") from e
+
+
+def build_configured_model(section: dict, dataset: Dataset) -> torch.nn.Module:
+    from flashgnn.models import build_model
+
+    kw = {k: v for k, v in section.items() if k != "name"}
+    try:
+        return build_model(section["name"], dataset.num_features, dataset.num_classes, **kw)
+    except TypeError as e:
+        raise ConfigError(f"config section 'model' ({section['name']}): {e}") from e
+
+
+def prepare_graph(graph: Graph, self_loops: bool, device: torch.device, k: int) -> Graph:
+    """A new Graph (so no format is cached yet) on ``device``, with self-loops if asked, and
+    its ME-BCRS of A and A^T for block width ``k`` built."""
+    fresh = graph.add_self_loops() if self_loops else Graph(
+        graph.indptr, graph.indices, graph.num_nodes, edge_ids=graph.edge_ids, edge_weight=graph.edge_weight)
+    fresh = fresh.to(device)
+    fresh.adj(k).transpose()
+    return fresh
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Tensor:
+    logits = logits.float()
+    if multi_label:
+        return F.binary_cross_entropy_with_logits(logits, y.float())
+    return F.cross_entropy(logits, y)
+
+
+class EarlyStopping:
+    """Remembers the best validation score; stops after ``patience`` epochs without a better
+    one (never when patience is None)."""
+
+    def __init__(self, patience: int | None):
+        self.patience = patience
+        self.best_score = -float("inf")
+        self.best_epoch = -1
+
+    def update(self, score: float, epoch: int) -> bool:
+        """Record the score of ``epoch``; True when it is the best so far."""
+        if score > self.best_score:
+            self.best_score, self.best_epoch = score, epoch
+            return True
+        return False
+
+    def should_stop(self, epoch: int) -> bool:
+        return self.patience is not None and epoch - self.best_epoch >= self.patience
+
+    def state_dict(self) -> dict:
+        return {"best_score": self.best_score, "best_epoch": self.best_epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
+
+
+class _MetricsLog:
+    """metrics.csv, one row per epoch; on resume, rows after the checkpoint are dropped."""
+
+    def __init__(self, path: Path, keep_epochs: int | None):
+        self.path = path
+        rows = []
+        if keep_epochs is not None and path.is_file():
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(r["epoch"]) <= keep_epochs]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, CSV_FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def append(self, row: dict) -> None:
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, CSV_FIELDS).writerow(row)
+
+
+def _scores(model, graph, x, y, masks, dataset: Dataset, precision: str, device) -> dict:
+    model.eval()
+    with torch.no_grad(), precision_scope(precision, device):
+        logits = model(graph, x).float()
+    return {split: dataset.evaluate(logits, y, mask) for split, mask in zip(SPLITS, masks)}
+
+
+def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | None = None,
+          load_seconds: float | None = None) -> dict:
+    """Train as ``config`` says (see ``config.py``) and return the run's summary (also written
+    to ``summary.json``). ``resume``: a run folder to continue from its ``last.pt``.
+    ``dataset``: an already loaded dataset to use instead of loading ``config['dataset']``
+    (``load_seconds``: what loading it took, for the report)."""
+    started = time.perf_counter()
+    cfg = resolve_config(config)
+    t = cfg["train"]
+    device = resolve_device(t["device"])
+    precision = t["precision"]
+    run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
+    if resume is not None and not (run_dir / checkpoint.LAST).is_file():
+        raise FileNotFoundError(f"cannot resume: no {checkpoint.LAST} in {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    seed_everything(t["seed"])
+
+    if dataset is None:
+        tic = time.perf_counter()
+        dataset = load_configured_dataset(cfg["dataset"])
+        load_seconds = time.perf_counter() - tic
+    tic = time.perf_counter()
+    graph = prepare_graph(dataset.graph, cfg["self_loops"], device, block_width(precision))
+    x = dataset.x.to(device=device, dtype=torch.float32)
+    y = dataset.y.to(device)
+    masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
+    _sync(device)
+    graph_seconds = time.perf_counter() - tic
+
+    model = build_configured_model(cfg["model"], dataset).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=t["lr"], weight_decay=t["weight_decay"])
+    scaler = grad_scaler(precision, device)
+    stopper = EarlyStopping(t["patience"])
+    start_epoch, epoch_times = 0, []
+    if resume is not None:
+        state = checkpoint.load(run_dir / checkpoint.LAST, device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        stopper.load_state_dict(state["early_stopping"])
+        checkpoint.set_rng_state(state["rng"])
+        start_epoch, epoch_times = state["epoch"], list(state["epoch_times"])
+    log = _MetricsLog(run_dir / "metrics.csv", start_epoch if resume is not None else None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    train_mask = masks[0]
+    bar = tqdm(range(start_epoch, t["epochs"]), initial=start_epoch, total=t["epochs"], desc=cfg["name"],
+               disable=None if t["progress"] is None else not t["progress"])
+    epoch = start_epoch - 1
+    for epoch in bar:
+        tic = time.perf_counter()
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        with precision_scope(precision, device):
+            loss = _loss(model(graph, x)[train_mask], y[train_mask], dataset.multi_label)
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        _sync(device)
+        epoch_times.append(time.perf_counter() - tic)
+
+        row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
+        if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
+            tic = time.perf_counter()
+            scores = _scores(model, graph, x, y, masks, dataset, precision, device)
+            row.update(scores, eval_time_s=time.perf_counter() - tic)
+            if stopper.update(scores["val"], epoch):
+                checkpoint.save(run_dir / checkpoint.BEST, {"epoch": epoch + 1, "model": model.state_dict(),
+                                                            "scores": scores})
+            bar.set_postfix(loss=f"{row['loss']:.4f}", val=f"{scores['val']:.4f}",
+                            epoch_s=f"{epoch_times[-1]:.4f}")
+        log.append(row)
+        checkpoint.save(run_dir / checkpoint.LAST, {
+            "epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(), "early_stopping": stopper.state_dict(),
+            "rng": checkpoint.rng_state(), "epoch_times": epoch_times})
+        if stopper.should_stop(epoch):
+            break
+    bar.close()
+
+    best = checkpoint.load(run_dir / checkpoint.BEST, device)
+    model.load_state_dict(best["model"])
+    summary = {
+        "name": cfg["name"], "run_dir": str(run_dir), "dataset": dataset.summary(),
+        "model": cfg["model"]["name"], "precision": precision,
+        "dense_precision": dense_precision(precision, device), "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "metric": dataset.metric, "epochs_run": epoch + 1, "best_epoch": best["epoch"],
+        **{split: score for split, score in best["scores"].items()},
+        "stopped_early": epoch + 1 < t["epochs"], "resumed_from_epoch": start_epoch if resume is not None else None,
+        "load_s": load_seconds, "graph_s": graph_seconds,
+        "preprocess_s": (load_seconds or 0.0) + graph_seconds,
+        **_time_stats(epoch_times),
+        "peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+        "peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "total_s": time.perf_counter() - started,
+        "torch": torch.__version__, "flashgnn": __version__, "config": cfg,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _time_stats(epoch_times: list[float]) -> dict:
+    """Mean and median epoch time without the first epoch (it builds lazily cached tables and
+    compiles kernels), and the first epoch alone."""
+    steady = epoch_times[1:] or epoch_times
+    return {"epoch_time_s": statistics.fmean(steady), "epoch_time_median_s": statistics.median(steady),
+            "first_epoch_s": epoch_times[0]}

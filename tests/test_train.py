@@ -1,0 +1,232 @@
+"""Training from configs: accuracy on cora against the GCN paper and across precisions,
+resuming, the run folder's records, the command line, and clear errors for bad input."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashgnn import get_precision
+from flashgnn.cli import main as cli_main
+from flashgnn.data import load_dataset
+from flashgnn.training import ConfigError, apply_overrides, load_config, resolve_config, train
+from flashgnn.training.precision import RoundedMatmuls, precision_scope
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These graphs are too small for intra-op threads to pay off; on a busy machine two
+    OpenMP threads waiting on each other cost ten times the work itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def small_synthetic(tmp_path: Path, **train) -> dict:
+    return {"dataset": {"name": "synthetic", "num_nodes": 1500, "avg_degree": 8, "num_classes": 4},
+            "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
+            "train": {"epochs": 12, "progress": False, **train}, "output": {"dir": str(tmp_path)}}
+
+
+# ---------------------------------------------------------------------------- accuracy
+@pytest.fixture(scope="module")
+def cora_runs(tmp_path_factory, data_dir_module):
+    """configs/gcn-cora.yaml (2-layer GCN, Kipf & Welling's settings) in fp32, fp16, bf16."""
+    config = load_config(CONFIGS / "gcn-cora.yaml")
+    dataset = load_dataset("cora", root=data_dir_module, normalize_features=True)
+    runs = {}
+    for precision in ("fp32", "fp16", "bf16"):
+        cfg = apply_overrides(config, [f"train.precision={precision}", "train.progress=false"])
+        cfg["output"] = {"dir": str(tmp_path_factory.mktemp(precision))}
+        runs[precision] = train(cfg, dataset=dataset, load_seconds=0.0)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def data_dir_module():
+    from tests.helpers import data_dir
+
+    path = data_dir()
+    if path is None:
+        pytest.skip("datasets not found: set FLASHGNN_DATA or provide ../shared/datasets")
+    return path
+
+
+def test_gcn_cora_fp32_reaches_paper_accuracy(cora_runs):
+    assert cora_runs["fp32"]["test"] >= 0.79, cora_runs["fp32"]["test"]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gcn_cora_half_precision_close_to_fp32(cora_runs, precision):
+    assert abs(cora_runs[precision]["test"] - cora_runs["fp32"]["test"]) <= 0.015
+    assert cora_runs[precision]["dense_precision"].startswith(f"{precision} (emulated")
+
+
+def test_run_folder_records_the_best_epoch(cora_runs):
+    summary = cora_runs["fp32"]
+    run_dir = Path(summary["run_dir"])
+    rows = read_metrics(run_dir)
+    assert len(rows) == summary["epochs_run"]
+    vals = [float(r["val"]) for r in rows]
+    best = vals.index(max(vals))  # the first epoch with the best validation score
+    assert summary["best_epoch"] == best + 1
+    assert summary["test"] == pytest.approx(float(rows[best]["test"]))
+    assert json.loads((run_dir / "summary.json").read_text())["test"] == summary["test"]
+    assert torch.load(run_dir / "best.pt", weights_only=True)["epoch"] == best + 1
+    assert summary["preprocess_s"] > 0 and summary["epoch_time_s"] > 0 and summary["peak_gpu_memory_mb"] is None
+    assert resolve_config(load_config(run_dir / "config.yaml")) == summary["config"]
+
+
+def test_gcn_learns_the_synthetic_graph(tmp_path):
+    cfg = small_synthetic(tmp_path, epochs=60, patience=None)
+    cfg["dataset"].update(num_nodes=3000, num_classes=8)
+    summary = train(cfg)
+    assert summary["test"] > 0.5  # chance: 1/8; features alone: about 0.3
+
+
+def test_early_stopping_stops_after_patience(tmp_path):
+    summary = train(small_synthetic(tmp_path, epochs=200, patience=3, lr=0.05))
+    assert summary["stopped_early"]
+    assert summary["epochs_run"] - summary["best_epoch"] == 3
+
+
+# ---------------------------------------------------------------------------- resume
+def test_resume_continues_exactly_where_it_stopped(tmp_path):
+    straight = train(small_synthetic(tmp_path / "straight", epochs=12, patience=None))
+    first = train(small_synthetic(tmp_path / "resumed", epochs=6, patience=None))
+    assert first["epochs_run"] == 6
+    resumed = train(small_synthetic(tmp_path / "resumed", epochs=12, patience=None), resume=tmp_path / "resumed")
+    assert resumed["resumed_from_epoch"] == 6 and resumed["epochs_run"] == 12
+    a, b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
+    assert len(b) == 12
+    for col in ("loss", "train", "val", "test"):  # dropout draws continue from the saved RNG state
+        assert [r[col] for r in a] == [r[col] for r in b], col
+    assert resumed["test"] == straight["test"]
+
+
+def test_resume_needs_a_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="last.pt"):
+        train(small_synthetic(tmp_path), resume=tmp_path)
+
+
+# ---------------------------------------------------------------------------- precision
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rounded_matmuls_emulate_half_precision_products(dtype):
+    a, w = torch.randn(30, 40), torch.randn(40, 20)
+    with RoundedMatmuls(dtype):
+        out = torch.nn.functional.linear(a, w.t())
+        product = a @ w
+    want = (a.to(dtype).double() @ w.to(dtype).double()).to(dtype).float()
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    torch.testing.assert_close(product, want, rtol=0, atol=0)
+    assert not torch.equal(a @ w, want)  # outside the mode: full fp32
+
+
+def test_precision_scope_sets_the_sparse_precision():
+    with precision_scope("bf16", torch.device("cpu")):
+        assert get_precision() == "bf16"
+    assert get_precision() == "fp32"
+
+
+# ---------------------------------------------------------------------------- command line
+def test_cli_train_then_resume(tmp_path, capsys):
+    config = CONFIGS / "gcn-synthetic-small.yaml"
+    out = tmp_path / "run"
+    assert cli_main(["train", "--config", str(config), "--output", str(out), "train.epochs=3",
+                     "train.progress=false", "dataset.num_nodes=800"]) == 0
+    assert "gcn-synthetic-small: best epoch" in capsys.readouterr().out
+    assert cli_main(["train", "--resume", str(out), "train.epochs=5"]) == 0
+    assert [int(r["epoch"]) for r in read_metrics(out)] == [1, 2, 3, 4, 5]
+    assert load_config(out / "config.yaml")["train"]["epochs"] == 5
+
+
+def test_cli_compare_writes_tables(tmp_path, capsys):
+    out = tmp_path / "compare"
+    assert cli_main(["compare", "--config", str(CONFIGS / "gcn-synthetic-small.yaml"), "--precisions", "fp32,fp16",
+                     "--seeds", "2", "--output", str(out), "train.epochs=4", "train.progress=false",
+                     "dataset.num_nodes=800"]) == 0
+    with open(out / "runs.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    assert [(r["precision"], r["seed"]) for r in runs] == [("fp32", "0"), ("fp32", "1"), ("fp16", "0"), ("fp16", "1")]
+    for r in runs:
+        summary = json.loads((out / f"{r['precision']}-seed{r['seed']}" / "summary.json").read_text())
+        assert float(r["test"]) == pytest.approx(summary["test"])
+    with open(out / "compare.csv", newline="") as f:
+        table = {r["precision"]: r for r in csv.DictReader(f)}
+    tests = [float(r["test"]) for r in runs if r["precision"] == "fp16"]
+    assert float(table["fp16"]["test_mean"]) == pytest.approx(sum(tests) / 2)
+    fp32_mean = float(table["fp32"]["test_mean"])
+    assert float(table["fp16"]["delta_vs_fp32"]) == pytest.approx(float(table["fp16"]["test_mean"]) - fp32_mean)
+    markdown = (out / "compare.md").read_text()
+    assert "| fp16 | 2 |" in markdown and "test accuracy (mean +- std)" in markdown
+    if importlib.util.find_spec("matplotlib") is None:
+        assert not (out / "compare.png").exists()
+        assert "matplotlib is not installed" in capsys.readouterr().out
+    else:
+        assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("config, message", [
+    ({"trian": {}}, "unknown config key 'trian'"),
+    ({"train": {"lr": -1}}, "train.lr"),
+    ({"train": {"precision": "fp8"}}, "train.precision"),
+    ({"train": {"epochs": 1.5}}, "train.epochs"),
+    ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
+    ({"model": "gcn"}, "'model' must be a mapping"),
+    ({"dataset": {"root": "x"}}, "dataset.name"),
+])
+def test_bad_config_names_the_key(config, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(config)
+
+
+def test_bad_model_or_dataset_keyword_is_a_config_error(tmp_path):
+    cfg = small_synthetic(tmp_path)
+    with pytest.raises(ConfigError, match="section 'model'.*layers"):
+        train({**cfg, "model": {"name": "gcn", "layers": 2}})
+    with pytest.raises(ConfigError, match="section 'dataset'.*nodes"):
+        train({**cfg, "dataset": {"name": "synthetic", "nodes": 10}})
+
+
+def test_missing_dataset_names_the_expected_files(tmp_path):
+    cfg = {"dataset": {"name": "igb-small", "root": str(tmp_path)}, "train": {"progress": False},
+           "output": {"dir": str(tmp_path / "run")}}
+    with pytest.raises(FileNotFoundError, match=r"small/processed[\s\S]*node_feat\.npy"):
+        train(cfg)
+
+
+def test_bad_config_files_and_overrides(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("train: {epochs: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides({}, ["train.epochs"])
+    assert apply_overrides({"train": {"lr": 1}}, ["train.lr=1e-3", "train.patience=null"]) == \
+        {"train": {"lr": 1e-3, "patience": None}}
+
+
+def test_every_shipped_config_is_valid():
+    names = sorted(p.name for p in CONFIGS.glob("*.yaml"))
+    assert len(names) >= 27
+    for name in names:
+        cfg = resolve_config(load_config(CONFIGS / name))
+        assert cfg["name"] == name[:-len(".yaml")]
