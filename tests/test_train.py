@@ -225,8 +225,12 @@ def test_bad_config_files_and_overrides(tmp_path):
 
 
 def test_every_shipped_config_is_valid():
+    from flashgnn.models import build_model
+
     names = sorted(p.name for p in CONFIGS.glob("*.yaml"))
     assert len(names) >= 27
     for name in names:
         cfg = resolve_config(load_config(CONFIGS / name))
         assert cfg["name"] == name[:-len(".yaml")]
+        model = {k: v for k, v in cfg["model"].items() if k != "name"}
+        build_model(cfg["model"]["name"], 8, 3, **model)  # every model keyword exists
