@@ -1,52 +1,52 @@
 // ME-BCRS SpMM on tensor cores with swap-and-transpose: Y = A X computed as Y^T = X^T A^T.
 //
-// One warp computes 64 feature columns of the 8 rows of one window segment (a run of at most
-// seg_vectors vectors of one window; long windows are split over several warps). Per MMA step
-// the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered dense
-// rows X[col] form the left operand (16 features x KM vectors), the 8 x KM sparse block the
-// right operand (n = 8 window rows), and the accumulators hold 16 features x 8 rows, fp32.
+// One warp computes 16 * TILES feature columns of the 8 rows of one window segment (a run of at
+// most seg_vectors vectors of one window; long windows are split over several warps). Per MMA
+// step the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered
+// dense rows X[col] form the left operand (16 features x KM vectors), the 8 x KM sparse block
+// the right operand (n = 8 window rows), and the accumulators hold 16 features x 8 rows, fp32.
 //
-// Coalesced mapping of the gather: lane (g, t) loads 8 consecutive features f0 + 8g .. +7 of
-// its vector(s) with 16-byte loads, so the 8 lanes sharing a vector read 64 contiguous
-// features. MMA tile i (of 4) takes feature f0 + 8g + 2i as its row g and f0 + 8g + 2i + 1 as
-// its row g + 8; for 16-bit operands the pairs are regrouped with byte permutes (2 features x
-// 2 vectors per lane). The accumulators then hold, for rows 2t and 2t + 1 of the window, the 8
-// consecutive features f0 + 8g .. +7: stores are 16- or 32-byte vectors too.
+// Coalesced mapping of the gather: lane (g, t) loads E = 2 * TILES consecutive features
+// f0 + E g .. + E - 1 of its vector(s) in 8- or 16-byte loads, so the 8 lanes sharing a vector
+// read 16 * TILES contiguous features. MMA tile i takes feature f0 + E g + 2i as its row g and
+// f0 + E g + 2i + 1 as its row g + 8; for 16-bit operands the pairs are regrouped with byte
+// permutes (2 features x 2 vectors per lane). The accumulators then hold, for rows 2t and
+// 2t + 1 of the window, the E consecutive features f0 + E g ..: stores are vectors too.
 //
-// A window split over several segments writes fp32 partial sums to a workspace, summed in
-// segment order by spmm_reduce: the result is deterministic, with no atomics.
+// A window split over several segments: each segment writes fp32 partial sums to a workspace,
+// and spmm_reduce sums them in segment order: the result is deterministic, with no atomics.
+// (Summing in the last segment to finish, found with an atomic counter, saves that launch but
+// was 1.3x to 2.6x slower on an H200 on graphs with many split windows: the serial tail of a
+// hub window's sum outlasts the kernel.)
 #include "mma.cuh"
 
 namespace fg {
-
-constexpr int SPMM_FEATURES = 64;  // feature columns per warp
-constexpr int LANE_FEATURES = 8;   // consecutive features per lane
 
 struct SpmmArgs {
     const i64* row_ptr;
     const int* col_idx;
     const float* values;
-    const u8* vec_mask;     // bit r: row r of the vector is a real nonzero
-    const int* seg_window;  // window of each segment
-    const int* seg_begin;   // first vector of the segment, relative to the window
-    const int* seg_part;    // workspace slot of a split window's segment, or -1
-    float* workspace;       // [n_parts, 8, N] fp32 partial sums
-    i64 n_segments;
+    const u8* vec_mask;      // bit r: row r of the vector is a real nonzero
+    const int* seg_window;   // window of each segment
+    const int* seg_begin;    // first vector of the segment, relative to the window
+    const int* seg_part;     // workspace slot of the segment of a split window, or -1
+    float* workspace;        // [n_parts, 8, N] fp32 partial sums
+    int n_segments;
     int seg_vectors;
     int n_rows;
-    int n;                  // feature columns N
-    int aligned;            // x and out rows are 16-byte aligned
+    int n;                   // feature columns N
+    int aligned;             // x and out rows are 16-byte aligned
 };
 
 // Kernel parameters shared by both SpMM kernels (cuda.core passes scalars and pointers only).
-#define SPMM_PARAMS                                                                                   \
-    const i64 *row_ptr, const int *col_idx, const float *values, const u8 *vec_mask, const int *seg_window,              \
-        const int *seg_begin, const int *seg_part, float *workspace, i64 n_segments, int seg_vectors, \
-        int n_rows, int n, int aligned
-#define SPMM_ARGS                                                                                     \
-    SpmmArgs {                                                                                        \
-        row_ptr, col_idx, values, vec_mask, seg_window, seg_begin, seg_part, workspace, n_segments, seg_vectors, \
-            n_rows, n, aligned                                                                        \
+#define SPMM_PARAMS                                                                                  \
+    const i64 *row_ptr, const int *col_idx, const float *values, const u8 *vec_mask,                \
+        const int *seg_window, const int *seg_begin, const int *seg_part, float *workspace,         \
+        int n_segments, int seg_vectors, int n_rows, int n, int aligned
+#define SPMM_ARGS                                                                                    \
+    SpmmArgs {                                                                                       \
+        row_ptr, col_idx, values, vec_mask, seg_window, seg_begin, seg_part, workspace, n_segments, \
+            seg_vectors, n_rows, n, aligned                                                         \
     }
 
 // Slot of row r of vector j (relative to window start `start`, window of nv vectors), for a
@@ -63,23 +63,25 @@ struct Segment {  // the warp's share of the work
     i64 start;  // first vector of the window
     int nv;     // vectors in the window
     int begin, end;
-    int part;
+    int part;   // workspace slot when the window is split, else -1
     int f0;     // first feature of this lane
 };
 
+template <int TILES>
 __device__ __forceinline__ bool locate_segment(const SpmmArgs& a, Segment& s) {
-    const int n_chunks = (a.n + SPMM_FEATURES - 1) / SPMM_FEATURES;
-    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (warp >= a.n_segments * n_chunks) return false;
-    const i64 seg = warp / n_chunks;
-    const int chunk = (int)(warp - seg * n_chunks);
+    constexpr int FEATURES = 16 * TILES;
+    const unsigned n_chunks = (a.n + FEATURES - 1) / FEATURES;
+    const unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp >= (unsigned)a.n_segments * n_chunks) return false;
+    const int seg = warp / n_chunks;
+    const int chunk = warp - seg * n_chunks;
     s.window = a.seg_window[seg];
+    s.begin = a.seg_begin[seg];
+    s.part = a.seg_part[seg];
     s.start = a.row_ptr[s.window];
     s.nv = (int)(a.row_ptr[s.window + 1] - s.start);
-    s.begin = a.seg_begin[seg];
     s.end = min(s.begin + a.seg_vectors, s.nv);
-    s.part = a.seg_part[seg];
-    s.f0 = chunk * SPMM_FEATURES + (threadIdx.x & 31) / 4 * LANE_FEATURES;
+    s.f0 = chunk * FEATURES + (threadIdx.x & 31) / 4 * (2 * TILES);
     return true;
 }
 
@@ -98,49 +100,59 @@ __device__ __forceinline__ float real_value(const SpmmArgs& a, const Segment& s,
     return (a.vec_mask[s.start + j] >> r) & 1 ? __ldg(a.values + value_slot<K>(s.start, s.nv, j, r)) : 0.f;
 }
 
-// Writes rows 2t and 2t + 1 of the window (8 features each, from 4 tiles of accumulators).
-template <typename OutTag>
-__device__ __forceinline__ void store_rows(const SpmmArgs& a, const Segment& s, const float (&acc)[4][4],
-                                           typename OutTag::T* out) {
+template <int E>
+__device__ __forceinline__ void store_floats(float* dst, const float (&v)[E], int valid, bool vector) {
+    if (vector && valid >= E) {
+#pragma unroll
+        for (int i = 0; i < E; i += 4) reinterpret_cast<float4*>(dst)[i / 4] = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+    } else {
+        for (int e = 0; e < min(valid, E); ++e) dst[e] = v[e];
+    }
+}
+
+template <typename OutTag, int E>
+__device__ __forceinline__ void store_out(typename OutTag::T* dst, const float (&v)[E], int valid, bool vector) {
+    if (sizeof(typename OutTag::T) == 4) {
+        store_floats<E>(reinterpret_cast<float*>(dst), v, valid, vector);
+    } else if (vector && valid >= E) {
+        u32 w[E / 2];
+#pragma unroll
+        for (int i = 0; i < E / 2; ++i) {
+            w[i] = pack2((u16)from_float(v[2 * i], OutTag()), (u16)from_float(v[2 * i + 1], OutTag()));
+        }
+        if (E == 8) {
+            reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+            reinterpret_cast<uint2*>(dst)[0] = make_uint2(w[0], w[1]);
+        }
+    } else {
+        for (int e = 0; e < min(valid, E); ++e) dst[e] = from_float(v[e], OutTag());
+    }
+}
+
+// Writes rows 2t and 2t + 1 of the window (E features each, from TILES tiles of accumulators),
+// to the workspace when the window is split.
+template <typename OutTag, int TILES>
+__device__ __forceinline__ void finish_segment(const SpmmArgs& a, const Segment& s, const float (&acc)[TILES][4],
+                                               typename OutTag::T* out) {
+    constexpr int E = 2 * TILES;
     const int t = threadIdx.x & 3;
     const int valid = a.n - s.f0;
     if (valid <= 0) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int r = 2 * t + h;
-        float v[LANE_FEATURES];
+        float v[E];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < TILES; ++i) {
             v[2 * i] = acc[i][h];
             v[2 * i + 1] = acc[i][h + 2];
         }
+        const i64 row = (i64)s.window * WINDOW + 2 * t + h;
         if (s.part >= 0) {
-            float* dst = a.workspace + ((i64)s.part * WINDOW + r) * a.n + s.f0;
-            if (a.aligned && valid >= LANE_FEATURES) {
-                reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-                reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-            } else {
-                for (int e = 0; e < min(valid, LANE_FEATURES); ++e) dst[e] = v[e];
-            }
-            continue;
-        }
-        const i64 row = (i64)s.window * WINDOW + r;
-        if (row >= a.n_rows) continue;
-        typename OutTag::T* dst = out + row * a.n + s.f0;
-        if (a.aligned && valid >= LANE_FEATURES) {
-            if (sizeof(typename OutTag::T) == 4) {
-                reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-                reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-            } else {
-                u32 w[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    w[i] = pack2((u16)from_float(v[2 * i], OutTag()), (u16)from_float(v[2 * i + 1], OutTag()));
-                }
-                reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-        } else {
-            for (int e = 0; e < min(valid, LANE_FEATURES); ++e) dst[e] = from_float(v[e], OutTag());
+            store_floats<E>(a.workspace + ((i64)s.part * WINDOW + 2 * t + h) * a.n + s.f0, v, valid, a.aligned);
+        } else if (row < a.n_rows) {
+            store_out<OutTag, E>(out + row * a.n + s.f0, v, valid,
+                                 a.aligned && E * sizeof(typename OutTag::T) % 16 == 0);
         }
     }
 }
@@ -148,19 +160,20 @@ __device__ __forceinline__ void store_rows(const SpmmArgs& a, const Segment& s, 
 constexpr int UNROLL = 2;  // MMA steps whose loads are issued together
 
 // fp16 / bf16 operands, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step.
-template <int P, int K, typename OutTag>
+template <int P, int K, int TILES, typename OutTag>
 __global__ void __launch_bounds__(128, 8) spmm_mma16(SPMM_PARAMS, const u16* __restrict__ x,
-                                                  typename OutTag::T* __restrict__ out) {
+                                                     typename OutTag::T* __restrict__ out) {
+    constexpr int E = 2 * TILES, WORDS = TILES;  // halves and 32-bit words per lane and vector
     extern __shared__ int smem[];
     const SpmmArgs a = SPMM_ARGS;
     Segment s;
-    if (!locate_segment(a, s)) return;
+    if (!locate_segment<TILES>(a, s)) return;
     const int* cols = stage_columns(a, s, smem);
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int valid = a.n - s.f0;
-    float acc[4][4] = {};
+    float acc[TILES][4] = {};
     for (int j0 = s.begin; j0 < s.end; j0 += 8 * UNROLL) {
-        u32 xw[UNROLL][2][4];
+        u32 xw[UNROLL][2][WORDS];
         u16 val[UNROLL][2];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
@@ -169,11 +182,11 @@ __global__ void __launch_bounds__(128, 8) spmm_mma16(SPMM_PARAMS, const u16* __r
                 const int j = j0 + 8 * u + 2 * t + q;
                 if (j < s.end) {
                     const i64 col = cols[j];
-                    load_group<u16, LANE_FEATURES>(xw[u][q], x + col * a.n + s.f0, valid, a.aligned);
+                    load_group<u16, E>(xw[u][q], x + col * a.n + s.f0, valid, a.aligned);
                     val[u][q] = Operand<P>::round(real_value<K>(a, s, j, g));
                 } else {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) xw[u][q][i] = 0;
+                    for (int i = 0; i < WORDS; ++i) xw[u][q][i] = 0;
                     val[u][q] = 0;
                 }
             }
@@ -182,56 +195,58 @@ __global__ void __launch_bounds__(128, 8) spmm_mma16(SPMM_PARAMS, const u16* __r
         for (int u = 0; u < UNROLL; ++u) {
             const u32 b0 = pack2(val[u][0], val[u][1]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < TILES; ++i) {
                 mma_16x8x8<P>(acc[i], __byte_perm(xw[u][0][i], xw[u][1][i], 0x5410),
                               __byte_perm(xw[u][0][i], xw[u][1][i], 0x7632), b0);
             }
         }
     }
-    store_rows<OutTag>(a, s, acc, out);
+    finish_segment<OutTag, TILES>(a, s, acc, out);
 }
 
 // tf32 operands, m16n8k4: lane (g, t) gathers vector t of each step.
-template <int K, typename OutTag>
+template <int K, int TILES, typename OutTag>
 __global__ void __launch_bounds__(128, 8) spmm_tf32(SPMM_PARAMS, const float* __restrict__ x,
-                                                 typename OutTag::T* __restrict__ out) {
+                                                    typename OutTag::T* __restrict__ out) {
+    constexpr int E = 2 * TILES;
     extern __shared__ int smem[];
     const SpmmArgs a = SPMM_ARGS;
     Segment s;
-    if (!locate_segment(a, s)) return;
+    if (!locate_segment<TILES>(a, s)) return;
     const int* cols = stage_columns(a, s, smem);
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int valid = a.n - s.f0;
-    float acc[4][4] = {};
+    float acc[TILES][4] = {};
     for (int j0 = s.begin; j0 < s.end; j0 += 4 * UNROLL) {
-        u32 xw[UNROLL][LANE_FEATURES];
+        u32 xw[UNROLL][E];
         u32 b0[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int j = j0 + 4 * u + t;
             if (j < s.end) {
                 const i64 col = cols[j];
-                load_group<float, LANE_FEATURES>(xw[u], x + col * a.n + s.f0, valid, a.aligned);
+                load_group<float, E>(xw[u], x + col * a.n + s.f0, valid, a.aligned);
                 b0[u] = float_to_tf32(real_value<K>(a, s, j, g));
             } else {
 #pragma unroll
-                for (int i = 0; i < LANE_FEATURES; ++i) xw[u][i] = 0;
+                for (int i = 0; i < E; ++i) xw[u][i] = 0;
                 b0[u] = 0;
             }
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < TILES; ++i) {
                 mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(xw[u][2 * i])),
                                 float_to_tf32(__uint_as_float(xw[u][2 * i + 1])), b0[u]);
             }
         }
     }
-    store_rows<OutTag>(a, s, acc, out);
+    finish_segment<OutTag, TILES>(a, s, acc, out);
 }
 
 // out[8w + r, f] = sum over the segments of split window w of their partial sums, in order.
+// The exact fp32 SpMM (csr_spmm.cu) finishes its split windows with it too.
 template <typename OutTag>
 __global__ void spmm_reduce(const float* __restrict__ workspace, const int* __restrict__ split_window,
                             const int* __restrict__ split_part, const int* __restrict__ split_count,

@@ -7,16 +7,21 @@ from dataclasses import dataclass
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-# Vectors per segment, multiples of 16 (the SDDMM's vectors per MMA). Small graphs are cut finer
-# to fill the GPU; large ones keep long segments, since every split window costs a partial sum
-# in the workspace (measured on an H200: 128 is 15-30% faster than 256 on graphs of a few
-# thousand windows, 40-60% slower on a 300k-window graph).
-SEG_VECTORS_SMALL, SEG_VECTORS_LARGE = 128, 256
-SMALL_GRAPH_WINDOWS = 16384
+# Vectors per segment: a power of two in [128, 256] (multiples of 16, the SDDMM's vectors per
+# MMA), the smallest that keeps about TARGET_SEGMENTS segments (one resident warp each on an
+# H100/H200). Small graphs are cut finer to fill the GPU; large ones keep long segments, since
+# every split window costs partial sums in a workspace (measured on an H200: 128 is 15-30%
+# faster than 256 on graphs of a few thousand windows, 40-60% slower on a 300k-window graph;
+# 64 was no faster than 128 on a 3.5k-window graph).
+MIN_SEG_VECTORS, MAX_SEG_VECTORS = 128, 256
+TARGET_SEGMENTS = 132 * 32
 
 
-def default_seg_vectors(n_windows: int) -> int:
-    return SEG_VECTORS_SMALL if n_windows < SMALL_GRAPH_WINDOWS else SEG_VECTORS_LARGE
+def default_seg_vectors(n_vectors: int) -> int:
+    seg = MIN_SEG_VECTORS
+    while seg < MAX_SEG_VECTORS and seg * TARGET_SEGMENTS < n_vectors:
+        seg *= 2
+    return seg
 
 
 @dataclass
@@ -57,12 +62,12 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None) -> Segments:
-    """Segments of the windows of ``row_ptr`` (cached while that tensor lives)."""
-    if seg_vectors is None:
-        seg_vectors = default_seg_vectors(row_ptr.numel() - 1)
+    """Segments of the windows of ``row_ptr`` (cached while that tensor lives); by default
+    ``default_seg_vectors`` of its vector count. Only a cache miss synchronises."""
+    key = (row_ptr._version, seg_vectors)
     hit = _CACHE.get(row_ptr)
-    if hit is not None and hit[0] == (row_ptr._version, seg_vectors):
+    if hit is not None and hit[0] == key:
         return hit[1]
-    seg = _build(row_ptr, seg_vectors)
-    _CACHE[row_ptr] = ((row_ptr._version, seg_vectors), seg)
+    seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])))
+    _CACHE[row_ptr] = (key, seg)
     return seg

@@ -14,18 +14,22 @@ _PRECISION_ID = {"fp16": 0, "bf16": 1}
 _TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
 
 WARPS_PER_BLOCK = 4
-FEATURES_PER_WARP = 64
 
 
-def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
+def tiles_for(n: int) -> int:
+    """MMA tiles (16 feature columns each) per warp: 2 for N <= 32, else 4."""
+    return 2 if n <= 32 else 4
+
+
+def _kernel_name(precision: str, k: int, tiles: int, out_dtype: torch.dtype) -> str:
     if precision == "tf32":
-        return f"fg::spmm_tf32<{k}, {_TAG[out_dtype]}>"
-    return f"fg::spmm_mma16<{_PRECISION_ID[precision]}, {k}, {_TAG[out_dtype]}>"
+        return f"fg::spmm_tf32<{k}, {tiles}, {_TAG[out_dtype]}>"
+    return f"fg::spmm_mma16<{_PRECISION_ID[precision]}, {k}, {tiles}, {_TAG[out_dtype]}>"
 
 
 SOURCE = register(
     "spmm.cu",
-    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in _TAG]
+    [_kernel_name(p, k, tiles, d) for p in STORAGE for k in (8, 4) for tiles in (2, 4) for d in _TAG]
     + [f"fg::spmm_reduce<{tag}>" for tag in _TAG.values()],
 )
 
@@ -47,12 +51,13 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     seg = segments_for(row_ptr)
     workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
-    warps = seg.n_segments * ((n + FEATURES_PER_WARP - 1) // FEATURES_PER_WARP)
-    blocks = (warps + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
-    launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+    tiles = tiles_for(n)
+    n_chunks = (n + 16 * tiles - 1) // (16 * tiles)
+    blocks = (seg.n_segments * n_chunks + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
+    launch(SOURCE, _kernel_name(precision, k, tiles, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(row_ptr), ptr(col_idx), ptr(vals), ptr(vec_mask), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
-           ptr(workspace), np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(n_rows),
-           np.int32(n), np.int32(aligned), ptr(xs), ptr(out), shmem=4 * WARPS_PER_BLOCK * seg.seg_vectors)
+           ptr(workspace), np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(n_rows), np.int32(n),
+           np.int32(aligned), ptr(xs), ptr(out), shmem=4 * WARPS_PER_BLOCK * seg.seg_vectors)
     if seg.n_parts:
         n_split = seg.split_window.numel()
         total = n_split * 8 * n

@@ -1,8 +1,9 @@
 """Timing a callable on the GPU (CUDA events) or the CPU: the median of per-call times after
 warm-up.
 
-On CUDA every timed call is preceded by a write of four times the L2 size, so each call
-starts with a cold cache, as on a graph larger than L2 (rotating input buffers would leave
+On CUDA every timed call is preceded by a read of four times the L2 size, so each call
+starts with a cold cache (a read, not a write: evicting dirty lines would charge their write-back
+to the timed call), as on a graph larger than L2 (rotating input buffers would leave
 the format arrays and the output cached), and by a short GPU sleep; both keep the GPU busy
 while the host prepares the call, so the events around the call measure GPU time, not the
 host's launch overhead.
@@ -46,7 +47,7 @@ class Timer:
         if self.device.type == "cuda":
             props = torch.cuda.get_device_properties(self.device)
             l2 = getattr(props, "L2_cache_size", 0) or _FALLBACK_L2_BYTES
-            self._scratch = torch.empty(4 * l2, dtype=torch.uint8, device=self.device)
+            self._scratch = torch.zeros(4 * l2, dtype=torch.uint8, device=self.device)
 
     @property
     def peak_bytes(self) -> int | None:
@@ -82,7 +83,7 @@ class Timer:
                   for _ in range(iters)]
         result = None
         for start, end in events:
-            self._scratch.zero_()
+            torch.amax(self._scratch)
             torch.cuda._sleep(_SLEEP_CYCLES)
             result = None  # free the previous output before the next call allocates its own
             start.record()
