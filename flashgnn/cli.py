@@ -22,7 +22,11 @@ def main(argv=None) -> int:
         p.set_defaults(_module=module)
         importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
-    return importlib.import_module(args._module).run(args) or 0
+    try:
+        return importlib.import_module(args._module).run(args) or 0
+    except (ValueError, FileNotFoundError) as e:  # bad configs, data or arguments: no traceback
+        print(f"flashgnn {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -234,3 +234,11 @@ def test_every_shipped_config_is_valid():
         assert cfg["name"] == name[:-len(".yaml")]
         model = {k: v for k, v in cfg["model"].items() if k != "name"}
         build_model(cfg["model"]["name"], 8, 3, **model)  # every model keyword exists
+
+
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
+    assert cli_main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert cli_main(["train", "--config", str(CONFIGS / "gcn-synthetic-small.yaml"), "bogus=1"]) == 2
+    err = capsys.readouterr().err
+    assert "flashgnn train: error: config file not found" in err and "nope.yaml" in err
+    assert "unknown config key 'bogus'" in err and "Traceback" not in err
