@@ -16,6 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
+import common  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
 import torch
 
