@@ -22,7 +22,7 @@ setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
 train: setup
-	$(PY) -m flashgnn demo
+	$(PY) -m flashgnn train --config configs/gcn-synthetic-small.yaml
 
 test: setup-test
 	$(PY) -m pytest -q
