@@ -19,7 +19,7 @@ from flashgnn.training.precision import RoundedMatmuls, precision_scope
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """These graphs are too small for intra-op threads to pay off; on a busy machine two
     OpenMP threads waiting on each other cost ten times the work itself."""
