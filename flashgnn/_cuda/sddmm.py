@@ -9,7 +9,7 @@ from .segments import segments_for
 from .sources import register
 from .spmm import STORAGE, WARPS_PER_BLOCK
 
-_KERNEL = {"fp16": "fg::sddmm_mma16<0>", "bf16": "fg::sddmm_mma16<1>", "tf32": "fg::sddmm_tf32"}
+_KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
 
 
