@@ -7,6 +7,8 @@ import importlib
 
 BENCHMARKS = {
     "kernels": ("flashgnn.benchmarking.kernels", "SpMM and SDDMM on ME-BCRS against cuSPARSE"),
+    "layers": ("flashgnn.benchmarking.layers", "one GCN and one AGNN layer, forward + backward, against PyG"),
+    "training": ("flashgnn.benchmarking.training", "epoch time and memory of GCN and AGNN training against PyG"),
 }
 
 

@@ -1,0 +1,384 @@
+"""``flashgnn bench layers``: one GCN layer and one AGNN layer, forward + backward, flashgnn
+against PyG's GCNConv and AGNNConv on the same device, with the same weights.
+
+Layers: GCNConv 128 -> 128 features (norm "both"), AGNNConv on 32 features (learnable beta).
+Graphs: the generated ogbn-products-scale power-law graph (2.4M nodes, 60M nonzeros) and the
+largest shared real graph, both with a self-loop added on every node.
+One call: forward, then the gradients of sum(output * P) (P a fixed random [N, F]
+projection) with respect to the input features and every parameter
+(``torch.autograd.grad``, nothing accumulates between calls).
+ms: median of per-call CUDA-event times after warm-up (``timing.Timer``, cold L2).
+Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
+precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32); PyG runs under the
+same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
+PyG inputs ("impl" names the path):
+  PyG adj_t:          GCNConv fed the transposed adjacency as a torch.sparse CSR tensor, the
+                      sparse-matrix path of PyG's docs (aggregation by torch.sparse.mm, i.e.
+                      cuSPARSE SpMM); normalize=True, cached=False (normalised every call).
+  PyG adj_t cached:   the same with cached=True: the normalised matrix is computed in the
+                      first warm-up call and reused, as flashgnn reuses its normalised values.
+  PyG edge_index:     edge_index [2, E] on the device (gather / scatter message passing); the
+                      only input AGNNConv can use, as its messages need both end points.
+Every PyG layer has add_self_loops=False (the graph has them). speedup = the fastest PyG
+fp32 time of that layer and graph / time. peak MB: device memory allocated at the peak of the
+timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
+implementation's adjacency or format plus the call's working memory. prep ms: building that
+adjacency or format (flashgnn: ME-BCRS of A and A^T on the device; PyG: its input tensor).
+rel err: ||out - ref|| / ||ref|| of the forward output, ref = PyG fp32 (flashgnn fp32
+without PyG). A failing row records its error and the run goes on.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import gc
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .. import nn as fnn
+from ..graph import Graph
+from ..ops import PRECISIONS
+from ..precision_context import block_width
+from ..training.loop import prepare_graph
+from ..training.precision import precision_scope
+from . import table
+from .graphs import DEFAULT_CACHE_DIR, GENERATED, data_dir, load_graph, resolve_names
+from .kernels import QUICK_SCALE, _describe, _rel_err, _split, environment
+from .timing import Timer
+
+DEFAULT_GRAPHS = "powerlaw_products,musae_github"
+PYG_PRECISIONS = ("fp32", "fp16")
+GCN_FEATURES, AGNN_FEATURES = 128, 32
+# fp16 >= 2x the fastest PyG fp32 for GCN, >= 3x for AGNN; fp32 no slower than PyG fp32
+BARS = (("GCNConv", "fp16", 2.0), ("AGNNConv", "fp16", 3.0), ("GCNConv", "fp32", 1.0), ("AGNNConv", "fp32", 1.0))
+
+
+@dataclass
+class ModelRow:
+    """One measured (graph, model, impl, precision). ``ms`` per call (layers) or per epoch
+    (training); ``speedup`` = fastest PyG fp32 ms / ms; ``peak_mb`` and ``prep_ms`` as the
+    module docs say; ``error`` the first line of what went wrong, or ""."""
+
+    graph: str
+    model: str
+    impl: str
+    precision: str
+    ms: float | None = None
+    speedup: float | None = None
+    peak_mb: float | None = None
+    prep_ms: float | None = None
+    rel_err: float | None = None
+    error: str = ""
+
+
+COLUMNS = [f.name for f in fields(ModelRow)]
+HEADERS = {"ms": "ms", "speedup": "x PyG fp32", "peak_mb": "peak MB", "prep_ms": "prep ms", "rel_err": "rel err"}
+
+
+def pyg_missing() -> str | None:
+    """Why PyG rows cannot run (None when torch_geometric imports)."""
+    try:
+        import torch_geometric.nn  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - missing, or broken by a binary mismatch
+        return f"torch_geometric is not usable ({_describe(e)}): PyG rows skipped"
+    return None
+
+
+# ---------------------------------------------------------------------- PyG twins
+class PyGConv(nn.Module):
+    """A PyG conv behind flashgnn's ``layer(graph, feat)`` signature: ``act(conv(feat, adj))``
+    with the adjacency ``adj`` (a torch.sparse CSR adj_t or an edge_index) fixed."""
+
+    def __init__(self, conv: nn.Module, adj: torch.Tensor, activation: Callable | None = None):
+        super().__init__()
+        self.conv, self.adj, self.activation = conv, adj, activation
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        out = self.conv(feat, self.adj)
+        return self.activation(out) if self.activation is not None else out
+
+
+def _pyg_conv(layer: nn.Module, adj: torch.Tensor, cached: bool) -> PyGConv:
+    from torch_geometric import nn as pyg_nn
+
+    if isinstance(layer, fnn.GCNConv):
+        if layer.norm != "both" or layer.weight is None:
+            raise ValueError("PyG's GCNConv matches only norm='both' with a weight")
+        conv = pyg_nn.GCNConv(layer.in_feats, layer.out_feats, cached=cached, add_self_loops=False,
+                              normalize=True, bias=layer.bias is not None)
+        with torch.no_grad():
+            conv.lin.weight.copy_(layer.weight.T)
+            if layer.bias is not None:
+                conv.bias.copy_(layer.bias)
+        return PyGConv(conv, adj, layer.activation)
+    if isinstance(layer, fnn.AGNNConv):
+        conv = pyg_nn.AGNNConv(requires_grad=isinstance(layer.beta, nn.Parameter), add_self_loops=False)
+        with torch.no_grad():
+            conv.beta.copy_(layer.beta)
+        return PyGConv(conv, adj)
+    raise TypeError(f"no PyG counterpart for {type(layer).__name__}")
+
+
+def pyg_twin(module: nn.Module, adj: torch.Tensor, cached: bool = False) -> nn.Module:
+    """A copy of ``module`` (a flashgnn layer, or a model built of them) whose GCNConv and
+    AGNNConv layers are PyG's, with the same weights, fed ``adj``; everything else (dense
+    layers, dropout, the forward) is the model's own. PyG's GCN normalisation uses in-degrees
+    on both sides, which equals flashgnn's "both" on symmetric graphs (the benchmark's)."""
+    if isinstance(module, (fnn.GCNConv, fnn.AGNNConv)):
+        return _pyg_conv(module, adj, cached)
+    twin = copy.deepcopy(module)
+    for name, child in module.named_children():
+        setattr(twin, name, pyg_twin(child, adj, cached))
+    return twin
+
+
+def pyg_adjacency(graph: Graph, path: str) -> torch.Tensor:
+    """PyG's input for ``graph``: "adj_t" the CSR of A [dst, src] as a torch.sparse CSR
+    tensor of float32 ones (PyG's transposed adjacency), "edge_index" int64 [2, E]."""
+    if path == "edge_index":
+        return graph.edge_index
+    if path == "adj_t":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            return torch.sparse_csr_tensor(graph.indptr, graph.indices,
+                                           torch.ones(graph.num_edges, device=graph.device),
+                                           (graph.num_nodes, graph.num_nodes), check_invariants=False)
+    raise ValueError(f"unknown PyG input {path!r}")
+
+
+# ---------------------------------------------------------------------- measuring
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], object]]):
+    """Fill ``row`` with the time of the step that ``prepare()`` returns (``prep_ms``: what
+    ``prepare`` took) and the peak device memory beyond what was allocated before
+    ``prepare``; return the step's last result, or None with ``row.error`` set on failure."""
+    device = timer.device
+    _free(device)
+    base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    try:
+        with warnings.catch_warnings():
+            # PyG builds sparse tensors without invariant checks and says so on every call
+            warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
+            tic = time.perf_counter()
+            step = prepare()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            row.prep_ms = (time.perf_counter() - tic) * 1e3
+            m = timer(step)
+        row.ms = m.ms
+        if device.type == "cuda":
+            row.peak_mb = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+        return m.result
+    except Exception as e:  # noqa: BLE001 - recorded in the row; out of memory included
+        row.error = _describe(e)
+        return None
+    finally:
+        step = None
+        _free(device)
+
+
+def set_speedups(rows: list[ModelRow]) -> None:
+    """speedup of every row = the fastest PyG fp32 ms of its (graph, model) / its ms."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        if r.impl.startswith("PyG") and r.precision == "fp32" and r.ms:
+            key = (r.graph, r.model)
+            best[key] = min(best.get(key, r.ms), r.ms)
+    for r in rows:
+        base = best.get((r.graph, r.model))
+        if base and r.ms:
+            r.speedup = base / r.ms
+
+
+# ---------------------------------------------------------------------- tables
+def write_csv(rows: list[ModelRow], path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
+
+
+def row_table(rows: list[ModelRow]) -> tuple[list[str], list[list[str]]]:
+    cols = [c for c in COLUMNS if any(getattr(r, c) not in (None, "") for r in rows)]
+    return [HEADERS.get(c, c) for c in cols], table.cells(rows, cols)
+
+
+def markdown(title: str, env: dict, method: str, notes: list[str], rows: list[ModelRow]) -> str:
+    return "\n".join([
+        f"# {title}", "",
+        "\n".join(f"- {k}: {v}" for k, v in env.items()), "",
+        method, "",
+        *([("\n".join(f"- {n}" for n in notes)), ""] if notes else []),
+        table.markdown_table(*row_table(rows)), "",
+    ])
+
+
+def report(rows: list[ModelRow], notes: list[str], args, title: str, method: str, timer: Timer) -> int:
+    """Print the table and the notes, write --csv and --markdown; 1 when a flashgnn row
+    failed (a PyG configuration PyG cannot run is not a failure of ours)."""
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.markdown:
+        env = environment(timer)
+        args.markdown.write_text(markdown(title, env, method, notes, rows))
+    print()
+    print(table.text_table(*row_table(rows)))
+    for r in rows:
+        if r.error:
+            print(f"FAILED {r.graph} {r.model} {r.impl} {r.precision}: {r.error}")
+    for n in notes:
+        print(n)
+    return 1 if any(r.error and r.impl == "flashgnn" for r in rows) else 0
+
+
+def add_common_arguments(p) -> None:
+    p.add_argument("--precisions", default=",".join(PRECISIONS),
+                   help="flashgnn precisions, comma list of fp32, tf32, fp16, bf16 (default all four)")
+    p.add_argument("--no-pyg", action="store_true", help="flashgnn rows only")
+    p.add_argument("--quick", action="store_true", help="a smaller graph and fewer timed calls")
+    p.add_argument("--csv", type=Path, help="write every row to this CSV file")
+    p.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)")
+    p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 10, quick 3)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def setup(args, name: str) -> tuple[torch.device, Timer, list[str], list[str]] | None:
+    """(device, timer, flashgnn precisions, notes), or None (after a message) without CUDA."""
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"flashgnn bench {name}: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
+        return None
+    precisions = _split(args.precisions, PRECISIONS, "precisions")
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    iters = args.iters if args.iters is not None else (3 if args.quick else 10)
+    notes = []
+    if not args.no_pyg and (missing := pyg_missing()):
+        print(missing, file=sys.stderr)
+        notes.append(missing)
+    return device, Timer(device, warmup, iters), precisions, notes
+
+
+def pyg_runs(args, notes: list[str]) -> bool:
+    return not args.no_pyg and not any("torch_geometric" in n for n in notes)
+
+
+# ---------------------------------------------------------------------- the layer benchmark
+def add_arguments(p) -> None:
+    p.add_argument("--graphs", default=DEFAULT_GRAPHS,
+                   help=f"comma list of graph names, or real, generated, all (default {DEFAULT_GRAPHS})")
+    add_common_arguments(p)
+    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
+
+
+def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
+                seed: int) -> list[ModelRow]:
+    """Every row of one graph (with self-loops, on the timer's device)."""
+    device = timer.device
+    torch.manual_seed(seed)
+    layers = {"GCNConv": (fnn.GCNConv(GCN_FEATURES, GCN_FEATURES), GCN_FEATURES, ("adj_t", "adj_t cached", "edge_index")),
+              "AGNNConv": (fnn.AGNNConv(), AGNN_FEATURES, ("edge_index",))}
+    rows = []
+    for model, (layer, features, pyg_paths) in layers.items():
+        layer = layer.to(device)
+        gen = torch.Generator(device).manual_seed(seed)
+        x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
+        proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
+        ref = None
+        runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
+        runs += [("flashgnn", p, None) for p in precisions]
+        for impl, precision, path in runs:
+            row = ModelRow(name, model, impl, precision)
+
+            def prepare(layer=layer, precision=precision, path=path):
+                if path is None:
+                    module, g = copy.deepcopy(layer), prepare_graph(graph, False, device, block_width(precision))
+                else:
+                    module, g = pyg_twin(layer, pyg_adjacency(graph, path.split()[0]), "cached" in path), graph
+                return fwd_bwd(module, g, x, proj, precision)
+
+            out = measure(row, timer, prepare)
+            if out is not None:
+                if ref is None and precision == "fp32":
+                    ref = out.to(torch.float64)
+                if ref is not None:
+                    row.rel_err = _rel_err(out, ref)
+            rows.append(row)
+            print(f"  {model:8s} {impl:18s} {precision:5s} "
+                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+            del out
+        del x, proj, ref
+    return rows
+
+
+def fwd_bwd(module: nn.Module, graph: Graph, x: torch.Tensor, proj: torch.Tensor, precision: str):
+    """The timed call: forward in ``precision``, then the gradients of sum(out * proj) with
+    respect to x and the parameters; returns the detached output."""
+    inputs = [x, *(p for p in module.parameters() if p.requires_grad)]
+    grad_out = {}
+
+    def step():
+        with precision_scope(precision, x.device):
+            out = module(graph, x)
+            if out.dtype not in grad_out:
+                grad_out[out.dtype] = proj.to(out.dtype)
+            torch.autograd.grad(out, inputs, grad_out[out.dtype])
+        return out.detach()
+    return step
+
+
+def bar_lines(rows: list[ModelRow]) -> list[str]:
+    """One line per (graph, bar): the issue's speedup bars, met or not."""
+    lines = []
+    for graph in dict.fromkeys(r.graph for r in rows):
+        for model, precision, target in BARS:
+            (row,) = [r for r in rows if (r.graph, r.model, r.impl, r.precision) == (graph, model, "flashgnn", precision)
+                      ] or [None]
+            what = f"bar {graph} {model} flashgnn {precision} >= {target:g}x the fastest PyG fp32:"
+            if row is None or row.speedup is None:
+                lines.append(f"{what} not measured")
+            else:
+                lines.append(f"{what} {row.speedup:.2f}x {'met' if row.speedup >= target else 'NOT met'}")
+    return lines
+
+
+def run(args) -> int:
+    context = setup(args, "layers")
+    if context is None:
+        return 2
+    device, timer, precisions, notes = context
+    root = data_dir(args.data)
+    names = resolve_names(args.graphs, root)
+    rows: list[ModelRow] = []
+    for name in names:
+        try:
+            g = load_graph(name, root, QUICK_SCALE if args.quick and name in GENERATED else 1, args.cache_dir)
+            graph = Graph(torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device),
+                          g.num_nodes).add_self_loops()
+            label, nnz = g.name, graph.num_edges
+            del g
+        except Exception as e:  # noqa: BLE001 - recorded in the table instead
+            rows.append(ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {_describe(e)}"))
+            continue
+        print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
+        rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed)
+        del graph
+        _free(device)
+    set_speedups(rows)
+    notes = notes + bar_lines(rows)
+    return report(rows, notes, args, "Layer benchmark (forward + backward)", __doc__.split("\n\n", 1)[1], timer)

@@ -1,0 +1,124 @@
+"""``flashgnn bench training``: epoch time and peak device memory of full-graph training,
+flashgnn models against the same models built from PyG layers, on the synthetic dataset at
+ogbn-products scale.
+
+Dataset: ``flashgnn.data``'s synthetic graph with configs/*-synthetic-large.yaml's
+parameters (2,449,029 nodes, average degree 25: about 61M nonzeros, 100 features,
+47 classes, 60/20/20 split), self-loops added. Models (``flashgnn.models.build_model``):
+GCN, 2 layers, hidden 128; AGNN, linear -> 4 AGNNConv -> linear, hidden 32; dropout 0.5.
+The PyG model is the same model with its GCNConv / AGNNConv layers replaced by PyG's, with
+the same initial weights (``layers.pyg_twin``): GCNConv(cached=True, add_self_loops=False),
+the setting of PyG's full-graph GCN example, fed the adjacency as a torch.sparse CSR adj_t
+("PyG adj_t") or an edge_index ("PyG edge_index"); AGNNConv(add_self_loops=False) fed an
+edge_index.
+One epoch, as ``flashgnn train`` runs it: zero_grad, forward on the whole graph under the
+training code's ``precision_scope``, cross-entropy on the training nodes, backward with
+its ``grad_scaler`` (loss scaling for fp16), Adam step (lr 0.01); every run starts from the same
+weights. PyG runs under the same scope in fp32 and fp16 (autocast + loss scaling).
+ms: median epoch time after warm-up epochs (``timing.Timer``). speedup = the fastest PyG
+fp32 epoch of the model / epoch. peak MB: device memory allocated at the peak of the timed
+epochs beyond the dataset (features, labels, graph CSR): model, optimizer state, adjacency
+or format, activations. prep ms: building the format (flashgnn: ME-BCRS of A and A^T) or
+PyG's input tensor. A failing row records its error and the run goes on.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from ..data.synthetic import load_synthetic
+from ..precision_context import block_width
+from ..training.loop import _loss, prepare_graph
+from ..training.precision import grad_scaler, precision_scope
+from .kernels import QUICK_SCALE, _split
+from .layers import PYG_PRECISIONS, ModelRow, add_common_arguments, measure, pyg_adjacency, pyg_runs, pyg_twin
+from .layers import report, set_speedups, setup
+
+SYNTHETIC = dict(num_nodes=2_449_029, avg_degree=25.0, num_classes=47, num_features=100, homophily=0.7,
+                 feature_signal=0.1)
+MODELS = {
+    "GCN": (dict(hidden_feats=128, num_layers=2, dropout=0.5), ("adj_t", "edge_index")),
+    "AGNN": (dict(hidden_feats=32, num_layers=4, dropout=0.5), ("edge_index",)),
+}
+LEARNING_RATE = 0.01
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    p.add_argument("--num-nodes", type=int, default=None,
+                   help=f"nodes of the synthetic graph (default {SYNTHETIC['num_nodes']:,}; quick: divided by "
+                        f"{QUICK_SCALE})")
+    add_common_arguments(p)
+
+
+def training_step(module, graph, x, y, mask, precision: str):
+    """One epoch of ``module`` (fresh Adam and loss scaler), as a callable returning the loss."""
+    optimizer = torch.optim.Adam(module.parameters(), lr=LEARNING_RATE)
+    scaler = grad_scaler(precision, x.device)
+    module.train()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with precision_scope(precision, x.device):
+            loss = _loss(module(graph, x)[mask], y[mask], False)
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()
+    return step
+
+
+def run(args) -> int:
+    from flashgnn.models import build_model
+
+    context = setup(args, "training")
+    if context is None:
+        return 2
+    device, timer, precisions, notes = context
+    models = _split(args.models, list(MODELS), "models")
+    params = dict(SYNTHETIC, seed=args.seed)
+    if args.num_nodes is not None:
+        params["num_nodes"] = args.num_nodes
+    elif args.quick:
+        params["num_nodes"] //= QUICK_SCALE
+    tic = time.perf_counter()
+    data = load_synthetic(**params, progress=False)
+    generated_s = time.perf_counter() - tic
+    graph = data.graph.to(device).add_self_loops()
+    x = data.x.to(device)
+    y = data.y.to(device)
+    mask = data.train_mask.to(device)
+    num_classes = data.num_classes
+    label = f"synthetic {graph.num_nodes:,} nodes"
+    notes.append(f"{label}: {graph.num_edges:,} nonzeros with self-loops, {data.num_features} features, "
+                 f"{data.num_classes} classes; generated in {generated_s:.1f} s")
+    print(notes[-1], flush=True)
+    del data
+
+    rows: list[ModelRow] = []
+    for name in models:
+        kwargs, pyg_paths = MODELS[name]
+        torch.manual_seed(args.seed)
+        model = build_model(name, x.shape[1], num_classes, **kwargs).to(device)
+        described = f"{name} {kwargs['num_layers']}x{kwargs['hidden_feats']}"
+        runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if pyg_runs(args, notes) else []
+        runs += [("flashgnn", p, None) for p in precisions]
+        for impl, precision, path in runs:
+            row = ModelRow(label, described, impl, precision)
+
+            def prepare(model=model, precision=precision, path=path):
+                if path is None:
+                    module, g = copy.deepcopy(model), prepare_graph(graph, False, device, block_width(precision))
+                else:
+                    module, g = pyg_twin(model, pyg_adjacency(graph, path), cached=True), graph
+                return training_step(module, g, x, y, mask, precision)
+
+            measure(row, timer, prepare)
+            rows.append(row)
+            print(f"  {described:10s} {impl:16s} {precision:5s} "
+                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+        del model
+    set_speedups(rows)
+    return report(rows, notes, args, "Training benchmark (full-graph epochs)", __doc__.split("\n\n", 1)[1], timer)
