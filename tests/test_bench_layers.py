@@ -1,0 +1,123 @@
+"""The layer and training benchmark harnesses (``flashgnn bench layers`` / ``training``), run
+on the CPU on tiny graphs: rows, speedups against PyG, output checks, the PyG twins' maths,
+and that a failing row or a missing PyG is reported, not hidden."""
+import csv
+
+import pytest
+import torch
+
+from flashgnn.benchmarking import layers as layer_bench
+from flashgnn.benchmarking import training as training_bench
+from flashgnn.cli import main
+from flashgnn.data.synthetic import load_synthetic
+
+pytest.importorskip("torch_geometric")
+
+GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros (symmetric)
+ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
+PYG_GCN = ("PyG adj_t", "PyG adj_t cached", "PyG edge_index")
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _layers(tmp_path, data_dir, *extra):
+    out = tmp_path / "layers.csv"
+    code = main(["bench", "layers", "--device", "cpu", "--graphs", GRAPH, "--data", str(data_dir),
+                 "--warmup", "0", "--iters", "1", "--csv", str(out), "--markdown", str(tmp_path / "layers.md"), *extra])
+    return code, _rows(out)
+
+
+def test_layer_rows_speedups_and_errors_against_pyg(tmp_path, data_dir, capsys):
+    code, rows = _layers(tmp_path, data_dir)
+    assert code == 0
+    expected = {("GCNConv", impl, p) for impl in PYG_GCN for p in ("fp32", "fp16")}
+    expected |= {("AGNNConv", "PyG edge_index", p) for p in ("fp32", "fp16")}
+    expected |= {(m, "flashgnn", p) for m in ("GCNConv", "AGNNConv") for p in ERROR_BOUND}
+    assert {(r["model"], r["impl"], r["precision"]) for r in rows} == expected
+    for model in ("GCNConv", "AGNNConv"):
+        mine = [r for r in rows if r["model"] == model]
+        base = min(float(r["ms"]) for r in mine if r["impl"].startswith("PyG") and r["precision"] == "fp32")
+        for r in mine:
+            assert r["error"] == "" and r["graph"] == GRAPH
+            assert float(r["speedup"]) == pytest.approx(base / float(r["ms"]))
+            if r["impl"] == "flashgnn":  # against PyG fp32, with the same weights
+                assert 0 <= float(r["rel_err"]) <= ERROR_BOUND[r["precision"]]
+    printed = capsys.readouterr().out
+    assert f"bar {GRAPH} GCNConv flashgnn fp16 >= 2x the fastest PyG fp32:" in printed
+    assert printed.count(f"bar {GRAPH} ") == 4
+    md = (tmp_path / "layers.md").read_text()
+    assert "# Layer benchmark" in md and "| x PyG fp32 |" in md
+
+
+def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monkeypatch, capsys):
+    real = layer_bench.prepare_graph
+
+    def failing_for_tf32(graph, self_loops, device, k):
+        if k == 4:
+            raise RuntimeError("format build failed\nsecond line")
+        return real(graph, self_loops, device, k)
+
+    monkeypatch.setattr(layer_bench, "prepare_graph", failing_for_tf32)
+    code, rows = _layers(tmp_path, data_dir, "--precisions", "fp32,tf32", "--no-pyg")
+    assert code == 1
+    by = {(r["model"], r["precision"]): r for r in rows}
+    assert set(by) == {(m, p) for m in ("GCNConv", "AGNNConv") for p in ("fp32", "tf32")}
+    for model in ("GCNConv", "AGNNConv"):
+        assert by[model, "tf32"]["error"] == "RuntimeError: format build failed" and by[model, "tf32"]["ms"] == ""
+        assert by[model, "fp32"]["error"] == "" and float(by[model, "fp32"]["ms"]) > 0
+    assert "FAILED hetero_texas GCNConv flashgnn tf32" in capsys.readouterr().out
+
+
+def test_missing_pyg_skips_its_rows_with_a_message(tmp_path, data_dir, monkeypatch, capsys):
+    monkeypatch.setattr(layer_bench, "pyg_missing", lambda: "torch_geometric is not usable (x): PyG rows skipped")
+    code, rows = _layers(tmp_path, data_dir, "--precisions", "fp16")
+    assert code == 0
+    assert {(r["impl"], r["precision"]) for r in rows} == {("flashgnn", "fp16")}
+    assert all(r["speedup"] == "" for r in rows)
+    captured = capsys.readouterr()
+    assert "PyG rows skipped" in captured.err
+    assert "GCNConv flashgnn fp16 >= 2x the fastest PyG fp32: not measured" in captured.out
+
+
+def test_training_rows(tmp_path):
+    out = tmp_path / "training.csv"
+    code = main(["bench", "training", "--device", "cpu", "--num-nodes", "300", "--precisions", "fp32,bf16",
+                 "--warmup", "0", "--iters", "1", "--csv", str(out)])
+    assert code == 0
+    rows = _rows(out)
+    assert {(r["model"], r["impl"], r["precision"]) for r in rows} == {
+        *((m, "flashgnn", p) for m in ("GCN 2x128", "AGNN 4x32") for p in ("fp32", "bf16")),
+        *(("GCN 2x128", f"PyG {path}", p) for path in ("adj_t", "edge_index") for p in ("fp32", "fp16")),
+        *(("AGNN 4x32", "PyG edge_index", p) for p in ("fp32", "fp16")),
+    }
+    assert all(r["error"] == "" and float(r["ms"]) > 0 and r["graph"] == "synthetic 300 nodes" for r in rows)
+
+
+@pytest.mark.parametrize("name, path", [("gcn", "adj_t"), ("gcn", "edge_index"), ("agnn", "edge_index")])
+def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
+    """Same weights, same dropout masks (same seed): the flashgnn model and its PyG twin give
+    the same loss over three epochs of the benchmark's training step, which must learn."""
+    from flashgnn.models import build_model
+
+    data = load_synthetic(num_nodes=300, avg_degree=8, num_classes=4, num_features=16, seed=1, progress=False)
+    graph = data.graph.add_self_loops()
+    torch.manual_seed(0)
+    model = build_model(name, 16, 4, hidden_feats=32, num_layers=2)
+    twin = layer_bench.pyg_twin(model, layer_bench.pyg_adjacency(graph, path), cached=True)
+    losses = []
+    for module, g in ((model, training_bench.prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
+        step = training_bench.training_step(module, g, data.x, data.y, data.train_mask, "fp32")
+        torch.manual_seed(1)
+        losses.append(torch.stack([step() for _ in range(3)]))
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    assert losses[0][2] < losses[0][0]
+
+
+def test_bad_options_are_clear(capsys):
+    assert main(["bench", "layers", "--device", "cpu", "--precisions", "fp8"]) == 2
+    assert "--precisions: expected a comma list of fp32, tf32, fp16, bf16, got 'fp8'" in capsys.readouterr().err
+    assert main(["bench", "training", "--device", "cpu", "--models", "GIN"]) == 2
+    assert "--models: expected a comma list of GCN, AGNN, got 'GIN'" in capsys.readouterr().err
