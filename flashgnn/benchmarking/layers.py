@@ -112,14 +112,14 @@ def _pyg_conv(layer: nn.Module, adj: torch.Tensor, cached: bool) -> PyGConv:
         if layer.norm != "both" or layer.weight is None:
             raise ValueError("PyG's GCNConv matches only norm='both' with a weight")
         conv = pyg_nn.GCNConv(layer.in_feats, layer.out_feats, cached=cached, add_self_loops=False,
-                              normalize=True, bias=layer.bias is not None)
+                              normalize=True, bias=layer.bias is not None).to(adj.device)
         with torch.no_grad():
             conv.lin.weight.copy_(layer.weight.T)
             if layer.bias is not None:
                 conv.bias.copy_(layer.bias)
         return PyGConv(conv, adj, layer.activation)
     if isinstance(layer, fnn.AGNNConv):
-        conv = pyg_nn.AGNNConv(requires_grad=isinstance(layer.beta, nn.Parameter), add_self_loops=False)
+        conv = pyg_nn.AGNNConv(requires_grad=isinstance(layer.beta, nn.Parameter), add_self_loops=False).to(adj.device)
         with torch.no_grad():
             conv.beta.copy_(layer.beta)
         return PyGConv(conv, adj)
