@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from flashgnn._cuda.build import build_mebcrs_cuda
-from flashgnn._cuda.csr_spmm import spmm_fp32
+from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn._cuda.edge_softmax import edge_softmax_backward_cuda, edge_softmax_cuda
 from flashgnn.data.generators import power_law_csr
 from flashgnn.format import build_pattern

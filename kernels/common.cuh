@@ -22,7 +22,7 @@ __device__ __forceinline__ i64 grid_stride() { return (i64)gridDim.x * blockDim.
 }  // namespace fg
 
 // ---------------------------------------------------------------------------------------------
-// Window segments, shared by edge_softmax.cu and csr_spmm.cu.
+// Window segments, shared by edge_softmax.cu and spmm_fp32.cu.
 // A segment is a run of at most seg_vectors vectors of one window (flashgnn/_cuda/segments.py);
 // a window longer than that is split over several segments, each with its own workspace slot
 // `part` for partial results (-1 when one segment holds the whole window). seg_vectors is a

@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(128, 8) spmm_tf32(SPMM_PARAMS, const float* __
 }
 
 // out[8w + r, f] = sum over the segments of split window w of their partial sums, in order.
-// The exact fp32 SpMM (csr_spmm.cu) finishes its split windows with it too.
+// The exact fp32 SpMM (spmm_fp32.cu) finishes its split windows with it too.
 template <typename OutTag>
 __global__ void spmm_reduce(const float* __restrict__ workspace, const int* __restrict__ split_window,
                             const int* __restrict__ split_part, const int* __restrict__ split_count,

@@ -26,7 +26,7 @@ def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t)
     if torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
     if precision == "fp32":
-        from .._cuda.csr_spmm import spmm_fp32
+        from .._cuda.spmm_fp32 import spmm_fp32
 
         y = spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k)
         return y if out_fp32 else y.to(x.dtype)

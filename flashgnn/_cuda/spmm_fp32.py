@@ -1,4 +1,4 @@
-"""The exact fp32 SpMM on CUDA cores (kernels/csr_spmm.cu), read from ME-BCRS: the CUDA
+"""The exact fp32 SpMM on CUDA cores (kernels/spmm_fp32.cu), read from ME-BCRS: the CUDA
 path of ``precision="fp32"``. The kernel file says why it gathers through ME-BCRS, not CSR."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .segments import segments_for
 from .sources import register
 
 _LAYOUTS = ((4, 1), (1, 1), (1, 2), (1, 4))  # (VW, G): features per load, loads per lane
-SOURCE = register("csr_spmm.cu", [f"fg::spmm32::spmm_fp32<{vw}, {g}>" for vw, g in _LAYOUTS])
+SOURCE = register("spmm_fp32.cu", [f"fg::spmm32::spmm_fp32<{vw}, {g}>" for vw, g in _LAYOUTS])
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -1,4 +1,4 @@
-"""The exact fp32 SpMM (kernels/csr_spmm.cu) against float64 scipy."""
+"""The exact fp32 SpMM (kernels/spmm_fp32.cu) against float64 scipy."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn._cuda.csr_spmm import spmm_fp32
+from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn.format import MEBCRS
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
