@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .data.generators import power_law_csr
 from .format import MEBCRS
 from .ops import PRECISIONS, edge_softmax, sddmm, spmm
 
@@ -20,25 +21,14 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def power_law_csr(n: int, avg_degree: float, rng: np.random.Generator) -> sp.csr_matrix:
-    """A random directed graph whose out-degrees follow a power law (Zipf, exponent 2)."""
-    weights = 1.0 / np.arange(1, n + 1) ** 0.8
-    m = int(n * avg_degree)
-    src = rng.choice(n, size=m, p=weights / weights.sum())
-    dst = rng.integers(0, n, size=m)
-    a = sp.csr_matrix((rng.standard_normal(m), (dst, src)), shape=(n, n))
-    a.sum_duplicates()
-    a.sort_indices()
-    return a
-
-
 def _rel_err(y: torch.Tensor, ref: np.ndarray) -> float:
     return float(np.linalg.norm(y.detach().double().cpu().numpy() - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
 def run(args) -> int:
     rng = np.random.default_rng(args.seed)
-    a = power_law_csr(args.nodes, args.avg_degree, rng)
+    indptr, indices = power_law_csr(args.nodes, int(args.nodes * args.avg_degree), seed=args.seed)
+    a = sp.csr_matrix((rng.standard_normal(indices.size), indices, indptr), shape=(args.nodes, args.nodes))
     device = torch.device(args.device)
     print(f"graph: {a.shape[0]} nodes, {a.nnz} nonzeros, device {device}")
     x = torch.randn(a.shape[1], args.features, generator=torch.Generator().manual_seed(args.seed))
