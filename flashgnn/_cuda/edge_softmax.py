@@ -1,5 +1,6 @@
-"""Launchers of the edge softmax kernels (kernels/edge_softmax.cu), registered as the CUDA
-implementation of the custom ops flashgnn::edge_softmax and flashgnn::edge_softmax_backward.
+"""Launchers of the edge softmax kernels (kernels/edge_softmax.cu), the CUDA implementation
+of the custom ops flashgnn::edge_softmax and flashgnn::edge_softmax_backward (registered in
+flashgnn/ops/edge_softmax.py).
 
 Importing this module needs no GPU and no cuda-python: kernels compile at their first launch.
 """
@@ -8,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..ops.edge_softmax import edge_softmax_backward_op, edge_softmax_op
-from ..ops.reference import edge_softmax_backward_reference, edge_softmax_reference
 from .runtime import launch, ptr
 from .segments import segments_for
 from .sources import register

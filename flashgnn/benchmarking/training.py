@@ -30,8 +30,8 @@ import torch
 
 from ..data.synthetic import load_synthetic
 from ..precision_context import block_width
-from ..training.loop import _loss, prepare_graph
-from ..training.precision import grad_scaler, precision_scope
+from ..training.loop import prepare_graph, train_step
+from ..training.precision import grad_scaler
 from .kernels import QUICK_SCALE, _split
 from .layers import PYG_PRECISIONS, ModelRow, add_common_arguments, measure, pyg_adjacency, pyg_runs, pyg_twin
 from .layers import report, set_speedups, setup
@@ -60,13 +60,7 @@ def training_step(module, graph, x, y, mask, precision: str):
     module.train()
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
-        with precision_scope(precision, x.device):
-            loss = _loss(module(graph, x)[mask], y[mask], False)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()
+        return train_step(module, graph, x, y, mask, optimizer, scaler, precision, False).detach()
     return step
 
 

@@ -104,6 +104,18 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Ten
     return F.cross_entropy(logits, y)
 
 
+def train_step(model, graph, x, y, mask, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
+    """One full-graph step: forward in ``precision``, loss on ``mask``, scaled backward, the
+    optimizer step. Returns the loss (a device tensor: reading it synchronises)."""
+    optimizer.zero_grad(set_to_none=True)
+    with precision_scope(precision, x.device):
+        loss = _loss(model(graph, x)[mask], y[mask], multi_label)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
 class EarlyStopping:
     """Remembers the best validation score; stops after ``patience`` epochs without a better
     one (never when patience is None)."""
@@ -210,12 +222,7 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     for epoch in bar:
         tic = time.perf_counter()
         model.train()
-        optimizer.zero_grad(set_to_none=True)
-        with precision_scope(precision, device):
-            loss = _loss(model(graph, x)[train_mask], y[train_mask], dataset.multi_label)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        loss = train_step(model, graph, x, y, train_mask, optimizer, scaler, precision, dataset.multi_label)
         _sync(device)
         epoch_times.append(time.perf_counter() - tic)
 
