@@ -61,6 +61,9 @@ def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_we
         raise ValueError(f"{name} must have shape ({num_edges},) (one value per edge), got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but the edges are on {device}")
+    bad = int((~torch.isfinite(t)).sum())
+    if bad:
+        raise ValueError(f"{name} holds {bad} NaN or infinite values")
     return t
 
 

@@ -265,3 +265,9 @@ def test_bad_inputs(rng):
     block.num_dst_nodes = lambda: 2
     with pytest.raises(ValueError, match="bipartite"):
         Graph.from_dgl(block)
+
+
+def test_non_finite_edge_weights_are_rejected():
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    with pytest.raises(ValueError, match="edge_weight holds 1 NaN or infinite"):
+        Graph.from_edge_index(ei, 3, edge_weight=torch.tensor([1.0, float("nan"), 2.0]))

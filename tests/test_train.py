@@ -242,3 +242,13 @@ def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "flashgnn train: error: config file not found" in err and "nope.yaml" in err
     assert "unknown config key 'bogus'" in err and "Traceback" not in err
+
+
+def test_non_finite_features_stop_the_run_before_training(tmp_path):
+    cfg = small_synthetic(tmp_path)
+    dataset = load_dataset("synthetic", num_nodes=1500, avg_degree=8, num_classes=4)
+    dataset.x[3, 1] = float("nan")
+    dataset.x[7, 0] = float("inf")
+    with pytest.raises(ValueError, match="features hold 2 NaN or infinite values"):
+        train(cfg, dataset=dataset)
+    assert not (tmp_path / "metrics.csv").exists()

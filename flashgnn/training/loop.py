@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 import resource
 import statistics
@@ -193,6 +194,9 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     tic = time.perf_counter()
     graph = prepare_graph(dataset.graph, cfg["self_loops"], device, block_width(precision))
     x = dataset.x.to(device=device, dtype=torch.float32)
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        raise ValueError(f"dataset {cfg['dataset']['name']!r}: the features hold {bad} NaN or infinite values")
     y = dataset.y.to(device)
     masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
     _sync(device)
@@ -227,6 +231,9 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
         epoch_times.append(time.perf_counter() - tic)
 
         row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
+        if not math.isfinite(row["loss"]):
+            raise FloatingPointError(f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in {precision}; "
+                                     "the run diverged (try a lower train.lr or another precision)")
         if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
             tic = time.perf_counter()
             scores = _scores(model, graph, x, y, masks, dataset, precision, device)
