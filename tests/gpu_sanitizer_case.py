@@ -1,0 +1,43 @@
+"""A small case that runs every op forward and backward in every precision on the GPU, for
+compute-sanitizer (a script, not a pytest module):
+
+    compute-sanitizer --tool memcheck --report-api-errors no python tests/gpu_sanitizer_case.py
+    compute-sanitizer --tool racecheck python tests/gpu_sanitizer_case.py
+    compute-sanitizer --tool initcheck python tests/gpu_sanitizer_case.py
+
+The matrix (61 x 900) has a hub row of ~700 nonzeros, so split windows and the reduction run too.
+"""
+import os
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from flashgnn import MEBCRS, ops  # noqa: E402
+
+
+def main() -> None:
+    rng = np.random.default_rng(1)
+    rows = np.concatenate([rng.integers(0, 61, 300), np.full(700, 3)])
+    a = sp.csr_matrix((np.ones(1000), (rows, rng.integers(0, 900, 1000))), shape=(61, 900))
+    a.sum_duplicates()
+    a.sort_indices()
+    for k, precisions in ((8, ("fp16", "bf16", "fp32")), (4, ("tf32", "fp32"))):
+        values = rng.standard_normal(a.nnz).astype(np.float32)
+        fmt = MEBCRS.from_csr(a.indptr, a.indices, values, n_cols=900, k=k, device="cuda")
+        for precision in precisions:
+            for n in (7, 64):
+                x = torch.randn(900, n, device="cuda", requires_grad=True)
+                v = fmt.values.clone().requires_grad_()
+                ops.spmm(fmt, x, precision, values=v).sum().backward()
+                s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"),
+                              "fp16" if precision == "fp32" else precision)
+                ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
+    torch.cuda.synchronize()
+    print("sanitizer case done")
+
+
+if __name__ == "__main__":
+    main()
