@@ -10,6 +10,7 @@ from flashgnn.benchmarking import layers as layer_bench
 from flashgnn.benchmarking import training as training_bench
 from flashgnn.cli import main
 from flashgnn.data.synthetic import load_synthetic
+from flashgnn.training.loop import prepare_graph
 
 pytest.importorskip("torch_geometric")
 
@@ -108,7 +109,7 @@ def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
     model = build_model(name, 16, 4, hidden_feats=32, num_layers=2)
     twin = layer_bench.pyg_twin(model, layer_bench.pyg_adjacency(graph, path), cached=True)
     losses = []
-    for module, g in ((model, training_bench.prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
+    for module, g in ((model, prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
         step = training_bench.training_step(module, g, data.x, data.y, data.train_mask, "fp32")
         torch.manual_seed(1)
         losses.append(torch.stack([step() for _ in range(3)]))

@@ -153,6 +153,20 @@ def pyg_adjacency(graph: Graph, path: str) -> torch.Tensor:
     raise ValueError(f"unknown PyG input {path!r}")
 
 
+def implementations(pyg_paths, precisions: list[str], with_pyg: bool) -> list[tuple[str, str, str | None]]:
+    """(impl label, precision, PyG input path or None for flashgnn) of every row to time."""
+    runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
+    return runs + [("flashgnn", p, None) for p in precisions]
+
+
+def module_and_graph(module: nn.Module, graph: Graph, precision: str, path: str | None, cached: bool):
+    """What one row runs: a copy of the flashgnn ``module`` with ``graph`` prepared for
+    ``precision`` (path None), or its PyG twin fed PyG's input ``path``."""
+    if path is None:
+        return copy.deepcopy(module), prepare_graph(graph, False, graph.device, block_width(precision))
+    return pyg_twin(module, pyg_adjacency(graph, path), cached), graph
+
+
 # ---------------------------------------------------------------------- measuring
 def _free(device: torch.device) -> None:
     gc.collect()
@@ -300,16 +314,12 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
         proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
         ref = None
-        runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
-        runs += [("flashgnn", p, None) for p in precisions]
-        for impl, precision, path in runs:
+        for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
             row = ModelRow(name, model, impl, precision)
 
             def prepare(layer=layer, precision=precision, path=path):
-                if path is None:
-                    module, g = copy.deepcopy(layer), prepare_graph(graph, False, device, block_width(precision))
-                else:
-                    module, g = pyg_twin(layer, pyg_adjacency(graph, path.split()[0]), "cached" in path), graph
+                module, g = module_and_graph(layer, graph, precision, path and path.split()[0],
+                                             cached=path is not None and "cached" in path)
                 return fwd_bwd(module, g, x, proj, precision)
 
             out = measure(row, timer, prepare)

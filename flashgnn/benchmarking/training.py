@@ -23,17 +23,15 @@ PyG's input tensor. A failing row records its error and the run goes on.
 """
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
 
 from ..data.synthetic import load_synthetic
-from ..precision_context import block_width
-from ..training.loop import prepare_graph, train_step
+from ..training.loop import train_step
 from ..training.precision import grad_scaler
 from .kernels import QUICK_SCALE, _split
-from .layers import PYG_PRECISIONS, ModelRow, add_common_arguments, measure, pyg_adjacency, pyg_runs, pyg_twin
+from .layers import ModelRow, add_common_arguments, implementations, measure, module_and_graph, pyg_runs
 from .layers import report, set_speedups, setup
 
 SYNTHETIC = dict(num_nodes=2_449_029, avg_degree=25.0, num_classes=47, num_features=100, homophily=0.7,
@@ -97,16 +95,11 @@ def run(args) -> int:
         torch.manual_seed(args.seed)
         model = build_model(name, x.shape[1], num_classes, **kwargs).to(device)
         described = f"{name} {kwargs['num_layers']}x{kwargs['hidden_feats']}"
-        runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if pyg_runs(args, notes) else []
-        runs += [("flashgnn", p, None) for p in precisions]
-        for impl, precision, path in runs:
+        for impl, precision, path in implementations(pyg_paths, precisions, pyg_runs(args, notes)):
             row = ModelRow(label, described, impl, precision)
 
             def prepare(model=model, precision=precision, path=path):
-                if path is None:
-                    module, g = copy.deepcopy(model), prepare_graph(graph, False, device, block_width(precision))
-                else:
-                    module, g = pyg_twin(model, pyg_adjacency(graph, path), cached=True), graph
+                module, g = module_and_graph(model, graph, precision, path, cached=True)
                 return training_step(module, g, x, y, mask, precision)
 
             measure(row, timer, prepare)
