@@ -51,15 +51,23 @@ __device__ __forceinline__ u16 from_float(float v, Half) { return float_to_half(
 __device__ __forceinline__ u16 from_float(float v, BFloat16) { return float_to_bf16(v); }
 __device__ __forceinline__ float from_float(float v, Float) { return v; }
 
-// 16-bit operands of one precision: the tag type and the rounding of an fp32 value to its bits.
+// MMA operands of one precision: the tag of the dense operands' storage type, and the bits of an
+// fp32 value rounded to the operand type (Staged: 16 bits for fp16/bf16, 32 for tf32).
 template <int P> struct Operand;
 template <> struct Operand<FP16> {
     typedef Half Tag;
+    typedef u16 Staged;
     static __device__ __forceinline__ u16 round(float v) { return float_to_half(v); }
 };
 template <> struct Operand<BF16> {
     typedef BFloat16 Tag;
+    typedef u16 Staged;
     static __device__ __forceinline__ u16 round(float v) { return float_to_bf16(v); }
+};
+template <> struct Operand<TF32> {
+    typedef Float Tag;
+    typedef u32 Staged;
+    static __device__ __forceinline__ u32 round(float v) { return float_to_tf32(v); }
 };
 
 __device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }

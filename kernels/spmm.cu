@@ -1,17 +1,22 @@
 // ME-BCRS SpMM on tensor cores with swap-and-transpose: Y = A X computed as Y^T = X^T A^T.
 //
-// One warp computes 16 * TILES feature columns of the 8 rows of one window segment (a run of at
-// most seg_vectors vectors of one window; long windows are split over several warps). Per MMA
-// step the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered
-// dense rows X[col] form the left operand (16 features x KM vectors), the 8 x KM sparse block
-// the right operand (n = 8 window rows), and the accumulators hold 16 features x 8 rows, fp32.
+// Work is cut into window segments (runs of at most seg_vectors vectors of one window; long
+// windows are split over several segments) and feature chunks of 32 columns. One warp computes
+// one chunk of the 8 rows of one segment; the warps of a block that share a segment first
+// stage its column indices and its values in shared memory (values masked by vec_mask, rounded
+// to the MMA's type and laid out as B fragments), so the loop over the segment waits only on the
+// gathers of X. Per MMA step the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32
+// m16n8k4): the gathered dense rows X[col] form the left operand (16 features x KM vectors), the
+// 8 x KM sparse block the right operand (n = 8 window rows), and the accumulators hold 16
+// features x 8 rows, fp32. The gathers of the next batch of vectors are issued before the MMAs
+// of the current one (two batches in flight).
 //
-// Coalesced mapping of the gather: lane (g, t) loads E = 2 * TILES consecutive features
-// f0 + E g .. + E - 1 of its vector(s) in 8- or 16-byte loads, so the 8 lanes sharing a vector
-// read 16 * TILES contiguous features. MMA tile i takes feature f0 + E g + 2i as its row g and
-// f0 + E g + 2i + 1 as its row g + 8; for 16-bit operands the pairs are regrouped with byte
-// permutes (2 features x 2 vectors per lane). The accumulators then hold, for rows 2t and
-// 2t + 1 of the window, the E consecutive features f0 + E g ..: stores are vectors too.
+// Coalesced mapping of the gather: lane (g, t) loads the 4 consecutive features f0 + 4g .. + 3 of
+// its vector(s) in one 8-byte (16-bit types) or 16-byte (fp32) load, so the 8 lanes sharing a
+// vector read 32 contiguous features. MMA tile i (of 2) takes feature f0 + 4g + 2i as its row g
+// and f0 + 4g + 2i + 1 as its row g + 8; for 16-bit operands the pairs are regrouped with byte
+// permutes (2 features x 2 vectors per lane). The accumulators then hold, for rows 2t and 2t + 1
+// of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too.
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
 // and spmm_reduce sums them in segment order: the result is deterministic, with no atomics.
@@ -22,227 +27,253 @@
 
 namespace fg {
 
-struct SpmmArgs {
-    const i64* row_ptr;
+constexpr int CHUNK = 32;          // feature columns per warp: two 16-feature MMA tiles
+constexpr int LANE_FEATURES = 4;   // consecutive features per lane and vector
+constexpr int WARPS = 4;           // per block
+
+struct SpmmArgs {  // the kernel's parameters (cuda.core passes scalars and pointers only)
     const int* col_idx;
     const float* values;
     const u8* vec_mask;      // bit r: row r of the vector is a real nonzero
     const int* seg_window;   // window of each segment
-    const int* seg_begin;    // first vector of the segment, relative to the window
+    const i64* seg_first;    // first vector of each segment
+    const int* seg_count;    // vectors in each segment
     const int* seg_part;     // workspace slot of the segment of a split window, or -1
     float* workspace;        // [n_parts, 8, N] fp32 partial sums
     int n_segments;
     int seg_vectors;
+    int warps_per_segment;   // 1, 2 or 4: the block's warps that share one segment
     int n_rows;
     int n;                   // feature columns N
     int aligned;             // x and out rows are 16-byte aligned
 };
 
-// Kernel parameters shared by both SpMM kernels (cuda.core passes scalars and pointers only).
-#define SPMM_PARAMS                                                                                  \
-    const i64 *row_ptr, const int *col_idx, const float *values, const u8 *vec_mask,                \
-        const int *seg_window, const int *seg_begin, const int *seg_part, float *workspace,         \
-        int n_segments, int seg_vectors, int n_rows, int n, int aligned
-#define SPMM_ARGS                                                                                    \
-    SpmmArgs {                                                                                       \
-        row_ptr, col_idx, values, vec_mask, seg_window, seg_begin, seg_part, workspace, n_segments, \
-            seg_vectors, n_rows, n, aligned                                                         \
-    }
-
-// Slot of row r of vector j (relative to window start `start`, window of nv vectors), for a
-// format of block width K.
-template <int K>
-__device__ __forceinline__ i64 value_slot(i64 start, int nv, int j, int r) {
-    const int b0 = j & ~(K - 1);
-    const int kb = min(K, nv - b0);
-    return WINDOW * (start + b0) + r * kb + (j - b0);
-}
-
-struct Segment {  // the warp's share of the work
+// The segment and feature chunk of one warp. Block b holds WARPS / warps_per_segment
+// consecutive segments and one group of warps_per_segment consecutive chunks.
+struct WarpWork {
+    int slot;      // the segment's place among the block's segments
+    int seg;       // -1 past the last segment
     int window;
-    i64 start;  // first vector of the window
-    int nv;     // vectors in the window
-    int begin, end;
-    int part;   // workspace slot when the window is split, else -1
-    int f0;     // first feature of this lane
+    i64 first;     // first vector
+    int count;     // vectors
+    int part;      // workspace slot when the window is split, else -1
+    int f0;        // first feature of this lane
+    bool computes; // false for a chunk past N (such a warp still helps stage)
 };
 
-template <int TILES>
-__device__ __forceinline__ bool locate_segment(const SpmmArgs& a, Segment& s) {
-    constexpr int FEATURES = 16 * TILES;
-    const unsigned n_chunks = (a.n + FEATURES - 1) / FEATURES;
-    const unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (warp >= (unsigned)a.n_segments * n_chunks) return false;
-    const int seg = warp / n_chunks;
-    const int chunk = warp - seg * n_chunks;
-    s.window = a.seg_window[seg];
-    s.begin = a.seg_begin[seg];
-    s.part = a.seg_part[seg];
-    s.start = a.row_ptr[s.window];
-    s.nv = (int)(a.row_ptr[s.window + 1] - s.start);
-    s.end = min(s.begin + a.seg_vectors, s.nv);
-    s.f0 = chunk * FEATURES + (threadIdx.x & 31) / 4 * (2 * TILES);
-    return true;
-}
-
-// Stages the segment's column indices in shared memory (one coalesced pass), so the gathers of
-// each step depend on a shared-memory read instead of a global one.
-__device__ __forceinline__ const int* stage_columns(const SpmmArgs& a, const Segment& s, int* smem) {
-    int* cols = smem + (threadIdx.x >> 5) * a.seg_vectors;
-    for (int j = s.begin + (threadIdx.x & 31); j < s.end; j += 32) cols[j - s.begin] = a.col_idx[s.start + j];
-    __syncwarp();
-    return cols - s.begin;
-}
-
-// Value of row r of vector j, or 0 where that slot is padding (whatever it holds).
-template <int K>
-__device__ __forceinline__ float real_value(const SpmmArgs& a, const Segment& s, int j, int r) {
-    return (a.vec_mask[s.start + j] >> r) & 1 ? __ldg(a.values + value_slot<K>(s.start, s.nv, j, r)) : 0.f;
-}
-
-template <int E>
-__device__ __forceinline__ void store_floats(float* dst, const float (&v)[E], int valid, bool vector) {
-    if (vector && valid >= E) {
-#pragma unroll
-        for (int i = 0; i < E; i += 4) reinterpret_cast<float4*>(dst)[i / 4] = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-    } else {
-        for (int e = 0; e < min(valid, E); ++e) dst[e] = v[e];
+#define SPMM_PARAMS                                                                                   \
+    const int *col_idx, const float *values, const u8 *vec_mask, const int *seg_window, const i64 *seg_first, \
+        const int *seg_count, const int *seg_part, float *workspace, int n_segments, int seg_vectors,         \
+        int warps_per_segment, int n_rows, int n, int aligned
+#define SPMM_ARGS                                                                                     \
+    SpmmArgs {                                                                                        \
+        col_idx, values, vec_mask, seg_window, seg_first, seg_count, seg_part, workspace, n_segments,  \
+            seg_vectors, warps_per_segment, n_rows, n, aligned                                        \
     }
+
+__device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
+    const int chunks = (a.n + CHUNK - 1) / CHUNK;
+    const int per_block = WARPS / a.warps_per_segment;
+    const int groups = (chunks + a.warps_per_segment - 1) / a.warps_per_segment;
+    const int warp = threadIdx.x >> 5;
+    WarpWork w;
+    w.slot = warp / a.warps_per_segment;
+    const int seg = (int)(blockIdx.x / groups) * per_block + w.slot;
+    const int chunk = (int)(blockIdx.x % groups) * a.warps_per_segment + warp % a.warps_per_segment;
+    w.seg = seg < a.n_segments ? seg : -1;
+    w.computes = w.seg >= 0 && chunk < chunks;
+    w.f0 = chunk * CHUNK + (threadIdx.x & 31) / 4 * LANE_FEATURES;
+    if (w.seg >= 0) {
+        w.window = a.seg_window[seg];
+        w.first = a.seg_first[seg];
+        w.count = a.seg_count[seg];
+        w.part = a.seg_part[seg];
+    }
+    return w;
 }
 
-template <typename OutTag, int E>
-__device__ __forceinline__ void store_out(typename OutTag::T* dst, const float (&v)[E], int valid, bool vector) {
-    if (sizeof(typename OutTag::T) == 4) {
-        store_floats<E>(reinterpret_cast<float*>(dst), v, valid, vector);
-    } else if (vector && valid >= E) {
-        u32 w[E / 2];
-#pragma unroll
-        for (int i = 0; i < E / 2; ++i) {
-            w[i] = pack2((u16)from_float(v[2 * i], OutTag()), (u16)from_float(v[2 * i + 1], OutTag()));
-        }
-        if (E == 8) {
-            reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+// Word of row r of vector j in a staged segment: 16-bit values of vectors 2i and 2i + 1 of one
+// row share a 32-bit word (the m16n8k8 B fragment), fp32 values take a word each. The row is
+// XOR-swizzled so that both the staging (a lane per vector) and the B-fragment reads (a lane per
+// row and vector pair or vector) hit 32 distinct banks.
+template <typename V>
+__device__ __forceinline__ int staged_word(int j, int r) {
+    constexpr int PER_WORD = 4 / sizeof(V);
+    return j / PER_WORD * WINDOW + (r ^ (j / (4 * PER_WORD) & (WINDOW - 1)));
+}
+
+// Copies the segment's columns and values (format block width K) to shared memory, the values
+// masked and rounded to the MMA type; vectors count .. (count rounded up to 8) get zeros. A
+// thread per vector: its real values are the only ones read. Run by the warps_per_segment warps
+// of the segment.
+template <int P, int K>
+__device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork& w, int* cols,
+                                              typename Operand<P>::Staged* vals) {
+    typedef typename Operand<P>::Staged V;
+    constexpr int PER_WORD = 4 / sizeof(V);
+    const int threads = 32 * a.warps_per_segment;
+    const int padded = (w.count + WINDOW - 1) & ~(WINDOW - 1);
+    for (int j = threadIdx.x - w.slot * threads; j < padded; j += threads) {
+        u8 mask = 0;
+        i64 base = 0;  // slot of row 0 of vector j; row r is r * kb further
+        int kb = K;
+        if (j < w.count) {
+            const int b0 = j & ~(K - 1);
+            kb = min(K, w.count - b0);
+            base = WINDOW * (w.first + b0) + (j - b0);
+            mask = a.vec_mask[w.first + j];
+            cols[j] = a.col_idx[w.first + j];
         } else {
-            reinterpret_cast<uint2*>(dst)[0] = make_uint2(w[0], w[1]);
+            cols[j] = 0;
         }
-    } else {
-        for (int e = 0; e < min(valid, E); ++e) dst[e] = from_float(v[e], OutTag());
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) {
+            const float v = (mask >> r) & 1 ? a.values[base + r * kb] : 0.f;
+            vals[staged_word<V>(j, r) * PER_WORD + j % PER_WORD] = Operand<P>::round(v);
+        }
     }
 }
 
-// Writes rows 2t and 2t + 1 of the window (E features each, from TILES tiles of accumulators),
+// The gathered rows and sparse operands of one lane for a batch of VECTORS vectors (16 for
+// 16-bit types, 8 for fp32: 128 bytes of X per lane either way), and their MMAs.
+// fp16 / bf16, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step of 8.
+template <int P>
+struct Batch {
+    static constexpr int STEPS = 2, VECTORS = 8 * STEPS;
+    u32 xw[STEPS][2][2];
+    u32 b[STEPS];
+
+    __device__ __forceinline__ void load(const u16* x, const int* cols, const u32* vals, int j0, int count,
+                                         const WarpWork& w, int n, bool aligned) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) {
+            const int j = j0 + 8 * s + 2 * t;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                if (j + q < count) {
+                    load_group<u16, LANE_FEATURES>(xw[s][q], x + (i64)cols[j + q] * n + w.f0, n - w.f0, aligned);
+                } else {
+                    xw[s][q][0] = xw[s][q][1] = 0;
+                }
+            }
+            b[s] = j < count ? vals[staged_word<u16>(j, g)] : 0;
+        }
+    }
+
+    __device__ __forceinline__ void mma(float (&acc)[2][4]) const {
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                mma_16x8x8<P>(acc[i], __byte_perm(xw[s][0][i], xw[s][1][i], 0x5410),
+                              __byte_perm(xw[s][0][i], xw[s][1][i], 0x7632), b[s]);
+            }
+        }
+    }
+};
+
+// tf32, m16n8k4: lane (g, t) gathers vector t of each step of 4.
+template <>
+struct Batch<TF32> {
+    static constexpr int STEPS = 2, VECTORS = 4 * STEPS;
+    u32 xw[STEPS][LANE_FEATURES];
+    u32 b[STEPS];
+
+    __device__ __forceinline__ void load(const float* x, const int* cols, const u32* vals, int j0, int count,
+                                         const WarpWork& w, int n, bool aligned) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) {
+            const int j = j0 + 4 * s + t;
+            if (j < count) {
+                load_group<float, LANE_FEATURES>(xw[s], x + (i64)cols[j] * n + w.f0, n - w.f0, aligned);
+                b[s] = vals[staged_word<u32>(j, g)];
+            } else {
+#pragma unroll
+                for (int i = 0; i < LANE_FEATURES; ++i) xw[s][i] = 0;
+                b[s] = 0;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void mma(float (&acc)[2][4]) const {
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(xw[s][2 * i])),
+                                float_to_tf32(__uint_as_float(xw[s][2 * i + 1])), b[s]);
+            }
+        }
+    }
+};
+
+// Stores a lane's 4 consecutive features of one row; `vector`: dst is aligned for one 16-byte
+// (fp32) or 8-byte (16-bit) store.
+template <typename OutTag>
+__device__ __forceinline__ void store_features(typename OutTag::T* dst, const float (&v)[LANE_FEATURES], int valid,
+                                               bool vector) {
+    if (vector && valid >= LANE_FEATURES) {
+        if (sizeof(typename OutTag::T) == 4) {
+            *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(pack2((u16)from_float(v[0], OutTag()), (u16)from_float(v[1], OutTag())),
+                                                        pack2((u16)from_float(v[2], OutTag()), (u16)from_float(v[3], OutTag())));
+        }
+    } else {
+        for (int e = 0; e < min(valid, LANE_FEATURES); ++e) dst[e] = from_float(v[e], OutTag());
+    }
+}
+
+// Writes rows 2t and 2t + 1 of the window (4 features each, from the 2 tiles of accumulators),
 // to the workspace when the window is split.
-template <typename OutTag, int TILES>
-__device__ __forceinline__ void finish_segment(const SpmmArgs& a, const Segment& s, const float (&acc)[TILES][4],
+template <typename OutTag>
+__device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork& w, const float (&acc)[2][4],
                                                typename OutTag::T* out) {
-    constexpr int E = 2 * TILES;
     const int t = threadIdx.x & 3;
-    const int valid = a.n - s.f0;
+    const int valid = a.n - w.f0;
     if (valid <= 0) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float v[E];
-#pragma unroll
-        for (int i = 0; i < TILES; ++i) {
-            v[2 * i] = acc[i][h];
-            v[2 * i + 1] = acc[i][h + 2];
-        }
-        const i64 row = (i64)s.window * WINDOW + 2 * t + h;
-        if (s.part >= 0) {
-            store_floats<E>(a.workspace + ((i64)s.part * WINDOW + 2 * t + h) * a.n + s.f0, v, valid, a.aligned);
+        const float v[LANE_FEATURES] = {acc[0][h], acc[0][h + 2], acc[1][h], acc[1][h + 2]};
+        const i64 row = (i64)w.window * WINDOW + 2 * t + h;
+        if (w.part >= 0) {
+            store_features<Float>(a.workspace + ((i64)w.part * WINDOW + 2 * t + h) * a.n + w.f0, v, valid, a.aligned);
         } else if (row < a.n_rows) {
-            store_out<OutTag, E>(out + row * a.n + s.f0, v, valid,
-                                 a.aligned && E * sizeof(typename OutTag::T) % 16 == 0);
+            store_features<OutTag>(out + row * a.n + w.f0, v, valid, a.aligned);
         }
     }
 }
 
-constexpr int UNROLL = 2;  // MMA steps whose loads are issued together
-
-// fp16 / bf16 operands, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step.
-template <int P, int K, int TILES, typename OutTag>
-__global__ void __launch_bounds__(128, 8) spmm_mma16(SPMM_PARAMS, const u16* __restrict__ x,
-                                                     typename OutTag::T* __restrict__ out) {
-    constexpr int E = 2 * TILES, WORDS = TILES;  // halves and 32-bit words per lane and vector
-    extern __shared__ int smem[];
+// Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.
+// Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
+// 8 * seg_vectors values each).
+template <int P, int K, typename OutTag>
+__global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
+                                                         typename OutTag::T* __restrict__ out) {
+    typedef typename Operand<P>::Staged V;
+    extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
-    Segment s;
-    if (!locate_segment<TILES>(a, s)) return;
-    const int* cols = stage_columns(a, s, smem);
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int valid = a.n - s.f0;
-    float acc[TILES][4] = {};
-    for (int j0 = s.begin; j0 < s.end; j0 += 8 * UNROLL) {
-        u32 xw[UNROLL][2][WORDS];
-        u16 val[UNROLL][2];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int j = j0 + 8 * u + 2 * t + q;
-                if (j < s.end) {
-                    const i64 col = cols[j];
-                    load_group<u16, E>(xw[u][q], x + col * a.n + s.f0, valid, a.aligned);
-                    val[u][q] = Operand<P>::round(real_value<K>(a, s, j, g));
-                } else {
-#pragma unroll
-                    for (int i = 0; i < WORDS; ++i) xw[u][q][i] = 0;
-                    val[u][q] = 0;
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const u32 b0 = pack2(val[u][0], val[u][1]);
-#pragma unroll
-            for (int i = 0; i < TILES; ++i) {
-                mma_16x8x8<P>(acc[i], __byte_perm(xw[u][0][i], xw[u][1][i], 0x5410),
-                              __byte_perm(xw[u][0][i], xw[u][1][i], 0x7632), b0);
-            }
-        }
+    const WarpWork w = locate_work(a);
+    const int per_block = WARPS / a.warps_per_segment;
+    int* cols = smem + w.slot * a.seg_vectors;
+    V* vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors) + w.slot * WINDOW * a.seg_vectors;
+    if (w.seg >= 0) stage_segment<P, K>(a, w, cols, vals);
+    __syncthreads();
+    if (!w.computes) return;
+    const u32* words = reinterpret_cast<const u32*>(vals);
+    float acc[2][4] = {};
+    constexpr int VECTORS = Batch<P>::VECTORS;
+    Batch<P> even, odd;
+    even.load(x, cols, words, 0, w.count, w, a.n, a.aligned);
+    for (int j0 = 0; j0 < w.count; j0 += 2 * VECTORS) {
+        odd.load(x, cols, words, j0 + VECTORS, w.count, w, a.n, a.aligned);
+        even.mma(acc);
+        even.load(x, cols, words, j0 + 2 * VECTORS, w.count, w, a.n, a.aligned);
+        odd.mma(acc);
     }
-    finish_segment<OutTag, TILES>(a, s, acc, out);
-}
-
-// tf32 operands, m16n8k4: lane (g, t) gathers vector t of each step.
-template <int K, int TILES, typename OutTag>
-__global__ void __launch_bounds__(128, 8) spmm_tf32(SPMM_PARAMS, const float* __restrict__ x,
-                                                    typename OutTag::T* __restrict__ out) {
-    constexpr int E = 2 * TILES;
-    extern __shared__ int smem[];
-    const SpmmArgs a = SPMM_ARGS;
-    Segment s;
-    if (!locate_segment<TILES>(a, s)) return;
-    const int* cols = stage_columns(a, s, smem);
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int valid = a.n - s.f0;
-    float acc[TILES][4] = {};
-    for (int j0 = s.begin; j0 < s.end; j0 += 4 * UNROLL) {
-        u32 xw[UNROLL][E];
-        u32 b0[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int j = j0 + 4 * u + t;
-            if (j < s.end) {
-                const i64 col = cols[j];
-                load_group<float, E>(xw[u], x + col * a.n + s.f0, valid, a.aligned);
-                b0[u] = float_to_tf32(real_value<K>(a, s, j, g));
-            } else {
-#pragma unroll
-                for (int i = 0; i < E; ++i) xw[u][i] = 0;
-                b0[u] = 0;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-            for (int i = 0; i < TILES; ++i) {
-                mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(xw[u][2 * i])),
-                                float_to_tf32(__uint_as_float(xw[u][2 * i + 1])), b0[u]);
-            }
-        }
-    }
-    finish_segment<OutTag, TILES>(a, s, acc, out);
+    finish_segment<OutTag>(a, w, acc, out);
 }
 
 // out[8w + r, f] = sum over the segments of split window w of their partial sums, in order.

@@ -28,6 +28,8 @@ def default_seg_vectors(n_vectors: int) -> int:
 class Segments:
     window: torch.Tensor       # int32 [n_segments]
     begin: torch.Tensor        # int32 [n_segments], first vector relative to the window
+    first: torch.Tensor        # int64 [n_segments], first vector of the format (row_ptr[window] + begin)
+    count: torch.Tensor        # int32 [n_segments], vectors in the segment
     part: torch.Tensor         # int32 [n_segments], workspace slot of a split window's segment, or -1
     split_window: torch.Tensor  # int32 [n_split], windows cut into several segments
     split_part: torch.Tensor   # int32 [n_split], workspace slot of their first segment
@@ -56,7 +58,9 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
     split_window = torch.nonzero(count > 1).flatten()
     i32 = torch.int32
     split_count = count[split_window]
-    return Segments(window.to(i32), begin.to(i32), part.to(i32), split_window.to(i32),
+    first_vector = row_ptr[:-1][window] + begin
+    length = torch.clamp(vectors[window] - begin, max=seg_vectors)
+    return Segments(window.to(i32), begin.to(i32), first_vector, length.to(i32), part.to(i32), split_window.to(i32),
                     part[first[split_window]].to(i32), split_count.to(i32), seg_vectors,
                     int(split_count.sum()))
 

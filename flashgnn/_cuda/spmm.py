@@ -10,32 +10,33 @@ from .sources import register
 
 # Operand storage per precision and the tags the kernels use for element types.
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
-_PRECISION_ID = {"fp16": 0, "bf16": 1}
+_PRECISION_ID = {"fp16": 0, "bf16": 1, "tf32": 2}
 _TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
 
 WARPS_PER_BLOCK = 4
+CHUNK = 32  # feature columns per warp
 
 
-def tiles_for(n: int) -> int:
-    """MMA tiles (16 feature columns each) per warp: 2 for N <= 32, else 4."""
-    return 2 if n <= 32 else 4
-
-
-def _kernel_name(precision: str, k: int, tiles: int, out_dtype: torch.dtype) -> str:
-    if precision == "tf32":
-        return f"fg::spmm_tf32<{k}, {tiles}, {_TAG[out_dtype]}>"
-    return f"fg::spmm_mma16<{_PRECISION_ID[precision]}, {k}, {tiles}, {_TAG[out_dtype]}>"
+def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
+    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {_TAG[out_dtype]}>"
 
 
 SOURCE = register(
     "spmm.cu",
-    [_kernel_name(p, k, tiles, d) for p in STORAGE for k in (8, 4) for tiles in (2, 4) for d in _TAG]
+    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in _TAG]
     + [f"fg::spmm_reduce<{tag}>" for tag in _TAG.values()],
 )
 
 
 def _aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def warps_per_segment(n: int) -> int:
+    """Warps of a block that share one staged segment: one per 32-feature chunk, up to the
+    block's 4 (a power of two)."""
+    chunks = (n + CHUNK - 1) // CHUNK
+    return 1 if chunks == 1 else 2 if chunks == 2 else WARPS_PER_BLOCK
 
 
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
@@ -51,13 +52,16 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     seg = segments_for(row_ptr)
     workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
-    tiles = tiles_for(n)
-    n_chunks = (n + 16 * tiles - 1) // (16 * tiles)
-    blocks = (seg.n_segments * n_chunks + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
-    launch(SOURCE, _kernel_name(precision, k, tiles, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
-           ptr(row_ptr), ptr(col_idx), ptr(vals), ptr(vec_mask), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
-           ptr(workspace), np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(n_rows), np.int32(n),
-           np.int32(aligned), ptr(xs), ptr(out), shmem=4 * WARPS_PER_BLOCK * seg.seg_vectors)
+    per_segment = warps_per_segment(n)
+    segments_per_block = WARPS_PER_BLOCK // per_segment
+    chunk_groups = -(-n // (CHUNK * per_segment))
+    blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
+    staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
+    launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+           ptr(col_idx), ptr(vals), ptr(vec_mask), ptr(seg.window), ptr(seg.first), ptr(seg.count), ptr(seg.part),
+           ptr(workspace), np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
+           np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
+           shmem=segments_per_block * seg.seg_vectors * staged_bytes)
     if seg.n_parts:
         n_split = seg.split_window.numel()
         total = n_split * 8 * n
