@@ -64,6 +64,33 @@ def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
         )
 
 
+def csr_inputs(indptr, indices, values, n_cols: int | None, device):
+    """Checked builder inputs: (indptr int64, indices int64, values [nnz] float (ones when
+    None), n_cols, target torch.device), all on the device of ``indices``; ValueError naming
+    the first problem (see check_csr)."""
+    indptr_t = _as_index_tensor(indptr, "indptr")
+    indices_t = _as_index_tensor(indices, "indices")
+    device = torch.device(indices_t.device if device is None else device)
+    nnz = indices_t.numel()
+    if n_cols is None:
+        n_cols = int(indices_t.max()) + 1 if nnz else 0
+    if n_cols < 0 or n_cols >= 2**31:
+        raise ValueError(f"n_cols must be in [0, 2^31), got {n_cols}")
+    if values is None:
+        values_t = torch.ones(nnz, dtype=torch.float32, device=indices_t.device)
+    else:
+        values_t = torch.as_tensor(values)
+        if values_t.dim() != 1 or values_t.numel() != nnz:
+            raise ValueError(
+                f"values must be 1-D with one entry per nonzero ({nnz}), got shape {tuple(values_t.shape)}"
+            )
+        if not values_t.is_floating_point():
+            raise ValueError(f"values must be floating point, got {values_t.dtype}")
+    indptr_t = indptr_t.to(indices_t.device)
+    check_csr(indptr_t, indices_t, n_cols)
+    return indptr_t, indices_t, values_t, n_cols, device
+
+
 @dataclass
 class SlotCoords:
     """Coordinates of the real (nonzero-pattern) value slots of an ME-BCRS matrix.
@@ -144,6 +171,16 @@ class MEBCRS:
         return self.col_idx.numel()
 
     @property
+    def n_slots(self) -> int:
+        """Entries of the value layout: 8 per vector."""
+        return WINDOW * self.n_vectors
+
+    @property
+    def vector(self) -> int:
+        """Rows of a nonzero vector: 8 (the 16x1 baseline format says 16)."""
+        return WINDOW
+
+    @property
     def device(self) -> torch.device:
         return self.values.device
 
@@ -154,37 +191,26 @@ class MEBCRS:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_csr(cls, indptr, indices, values=None, n_cols: int | None = None, k: int = 8,
-                 device=None) -> "MEBCRS":
+                 device=None, vector: int = 8):
         """Build from a canonical CSR matrix (sorted, duplicate-free columns in each row).
 
         indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None
         (all ones, float32). n_cols defaults to max(indices) + 1. ``device`` chooses where
         the result lives (``"cuda"`` builds it there); the default is the device of ``indices``.
+        ``vector=16`` returns the 16x1 baseline format instead (``flashgnn.format16.Blocked16``,
+        blocks of 16 x 8; ``k`` must stay 8).
         """
+        if vector == 16:
+            from .format16 import Blocked16
+
+            if k != 8:
+                raise ValueError(f"the 16x1 format has blocks of 16 x 8 (one width for every precision); got k = {k}")
+            return Blocked16.from_csr(indptr, indices, values, n_cols=n_cols, device=device)
+        if vector != WINDOW:
+            raise ValueError(f"vector must be 8 (ME-BCRS) or 16 (the 16x1 baseline), got {vector}")
         if k not in BLOCK_WIDTHS:
             raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
-        indptr_t = _as_index_tensor(indptr, "indptr")
-        indices_t = _as_index_tensor(indices, "indices")
-        if device is None:
-            device = indices_t.device
-        device = torch.device(device)
-        nnz = indices_t.numel()
-        if n_cols is None:
-            n_cols = int(indices_t.max()) + 1 if nnz else 0
-        if n_cols < 0 or n_cols >= 2**31:
-            raise ValueError(f"n_cols must be in [0, 2^31), got {n_cols}")
-        if values is None:
-            values_t = torch.ones(nnz, dtype=torch.float32, device=indices_t.device)
-        else:
-            values_t = torch.as_tensor(values)
-            if values_t.dim() != 1 or values_t.numel() != nnz:
-                raise ValueError(
-                    f"values must be 1-D with one entry per nonzero ({nnz}), got shape {tuple(values_t.shape)}"
-                )
-            if not values_t.is_floating_point():
-                raise ValueError(f"values must be floating point, got {values_t.dtype}")
-        indptr_t = indptr_t.to(indices_t.device)
-        check_csr(indptr_t, indices_t, n_cols)
+        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(indptr, indices, values, n_cols, device)
         if device.type == "cuda":
             from ._cuda.build import build_mebcrs_cuda
             from ._cuda.runtime import require_device
