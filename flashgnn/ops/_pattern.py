@@ -41,8 +41,8 @@ def check_dense(name: str, t: torch.Tensor, rows: int, device: torch.device) -> 
 
 
 def check_values(name: str, t: torch.Tensor, a: MEBCRS) -> None:
-    if t.shape != (8 * a.n_vectors,):
-        raise ValueError(f"{name} must have shape ({8 * a.n_vectors},) (A's value layout), got {tuple(t.shape)}")
+    if t.shape != (a.n_slots,):
+        raise ValueError(f"{name} must have shape ({a.n_slots},) (A's value layout), got {tuple(t.shape)}")
     if t.dtype not in _FLOATS:
         raise ValueError(f"{name} must be floating point, got {t.dtype}")
     if t.device != a.device:

@@ -35,8 +35,12 @@ def _chunks(n: int, width: int):
 def spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
                    precision: str, out_fp32: bool) -> torch.Tensor:
     """A @ x for A in ME-BCRS; x [n_cols, N] -> [n_rows, N]."""
+    return spmm_on_coords(_coords(row_ptr, col_idx, vec_mask, k), values, x, n_rows, precision, out_fp32)
+
+
+def spmm_on_coords(c: SlotCoords, values, x, n_rows: int, precision: str, out_fp32: bool) -> torch.Tensor:
+    """A @ x for A given by the coordinates of its real slots in any value layout."""
     dtype = compute_dtype(values, x)
-    c = _coords(row_ptr, col_idx, vec_mask, k)
     xr = round_to_precision(x, precision, dtype)
     vr = round_to_precision(values[c.slot], precision, dtype)
     out = torch.zeros(n_rows, x.shape[1], dtype=dtype, device=x.device)
@@ -47,11 +51,15 @@ def spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
 
 def sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
     """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors]; x [n_rows, K], y [n_cols, K]."""
+    return sddmm_on_coords(_coords(row_ptr, col_idx, vec_mask, k), WINDOW * col_idx.numel(), x, y, precision)
+
+
+def sddmm_on_coords(c: SlotCoords, n_slots: int, x, y, precision: str) -> torch.Tensor:
+    """(x @ y^T) on the real slots ``c`` of a value layout of ``n_slots`` entries, 0 elsewhere."""
     dtype = compute_dtype(x, y)
-    c = _coords(row_ptr, col_idx, vec_mask, k)
     xr = round_to_precision(x, precision, dtype)
     yr = round_to_precision(y, precision, dtype)
-    out = torch.zeros(WINDOW * col_idx.numel(), dtype=dtype, device=x.device)
+    out = torch.zeros(n_slots, dtype=dtype, device=x.device)
     for s in _chunks(c.slot.numel(), x.shape[1]):
         out[c.slot[s]] = (xr[c.row[s]] * yr[c.col[s]]).sum(1)
     return out

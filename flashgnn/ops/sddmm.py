@@ -9,6 +9,7 @@ from torch import Tensor
 from ..format import MEBCRS
 from ._autograd import with_eager_autograd
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
+from .blocked16 import sddmm16
 from .precision import check_precision, compute_dtype
 from .reference import sddmm_reference
 
@@ -65,7 +66,8 @@ sddmm_autograd = with_eager_autograd(sddmm_op, _setup_context, _backward)
 def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
     """out[slot(i, j)] = x[i] . y[j] for every nonzero (i, j) of A; other slots are 0.
 
-    a: MEBCRS [n_rows, n_cols]; x: [n_rows, K]; y: [n_cols, K]. Returns [8 * n_vectors] in
+    a: MEBCRS [n_rows, n_cols] (or a Blocked16, the forward-only 16x1 baseline: the result is
+    in its layout, [128 * n_blocks]); x: [n_rows, K]; y: [n_cols, K]. Returns [8 * n_vectors] in
     float32 (float64 for float64 inputs), A's value layout. A's values are not used.
     """
     check_precision(precision)
@@ -73,5 +75,7 @@ def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
     check_dense("y", y, a.n_cols, a.device)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+    if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
+        return sddmm16(a, x, y, precision)
     need_t = torch.is_grad_enabled() and y.requires_grad
     return sddmm_autograd(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))

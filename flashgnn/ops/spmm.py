@@ -9,6 +9,7 @@ from torch import Tensor
 from ..format import MEBCRS
 from ._autograd import with_eager_autograd
 from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
+from .blocked16 import spmm16
 from .precision import check_precision
 from .reference import spmm_reference
 
@@ -73,7 +74,8 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
          out_fp32: bool = False) -> Tensor:
     """Y = A @ X.
 
-    a: MEBCRS [n_rows, n_cols]; x: [n_cols, N] float16/bfloat16/float32/float64;
+    a: MEBCRS [n_rows, n_cols] (or a Blocked16, the forward-only 16x1 baseline, whose value
+    layout is [128 * n_blocks]); x: [n_cols, N] float16/bfloat16/float32/float64;
     values: A's values in its value layout ([8 * n_vectors]) to use instead of ``a.values``
     (differentiable); slots outside the pattern are ignored. Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``.
     Inputs are rounded to ``precision``'s storage type; products accumulate in fp32.
@@ -82,6 +84,8 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
     values = a.values if values is None else values
     check_values("values", values, a)
     check_dense("x", x, a.n_cols, a.device)
+    if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
+        return spmm16(a, x, precision, values, out_fp32)
     need_t = torch.is_grad_enabled() and x.requires_grad
     return spmm_autograd(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
                    *transpose_args(a, need_t))
