@@ -9,6 +9,7 @@ BENCHMARKS = {
     "kernels": ("flashgnn.benchmarking.kernels", "SpMM and SDDMM on ME-BCRS against cuSPARSE"),
     "layers": ("flashgnn.benchmarking.layers", "one GCN and one AGNN layer, forward + backward, against PyG"),
     "training": ("flashgnn.benchmarking.training", "epoch time and memory of GCN and AGNN training against PyG"),
+    "ablation": ("flashgnn.benchmarking.ablation", "8x1 ME-BCRS against the 16x1 baseline: ms, MMAs, bytes"),
 }
 
 
