@@ -1,33 +1,33 @@
 // ME-BCRS SDDMM on tensor cores: out[slot(i, j)] = x[i] . y[j] for every nonzero (i, j) of A,
 // written straight into A's value layout; slots outside the pattern get exactly 0.
 //
-// One warp takes one window segment (at most seg_vectors vectors). Per MMA the sparse side is
-// again the n = 8 dimension: D (16 vectors x 8 window rows) = Y[col] (16 vectors x K) times
-// X[window rows]^T (K x 8), summed over K in steps of 8 (fp16/bf16, m16n8k8) or 4 (tf32,
-// m16n8k4). The K order inside a step is free, so lane (g, t) loads a run of consecutive
-// features of vectors g and g + 8 and of window row g with 16-byte loads, and MMA step s takes
-// the s-th pair (or element) of each run.
+// One warp takes one window segment (at most seg_vectors vectors), whose column indices and
+// vector masks it first stages in shared memory. Per MMA the sparse side is again the n = 8
+// dimension: D (16 vectors x 8 window rows) = Y[col] (16 vectors x K) times X[window rows]^T
+// (K x 8), summed over K in chunks of 32 (fp16/bf16, four m16n8k8) or 16 (tf32, four m16n8k4).
+// The K order inside a chunk is free, so lane (g, t) loads a run of consecutive features of
+// vectors g and g + 8 and of window row g with 16-byte loads, and MMA s takes the s-th pair (or
+// element) of each run. The window rows' first chunk is loaded once per segment, and two groups
+// of 16 vectors are gathered together.
 #include "mma.cuh"
 
 namespace fg {
 
-__device__ __forceinline__ i64 slot_of(i64 start, int nv, int j, int r, int k) {
-    const int b = j / k;
-    const int kb = min(k, nv - b * k);
-    return WINDOW * (start + (i64)b * k) + (i64)r * kb + (j - b * k);
-}
+constexpr int GROUPS = 2;  // groups of 16 vectors per loop step
 
-// Stores D of one 16-vector group: lane (g, t) holds rows 2t, 2t + 1 of vectors j0 + g, j0 + g + 8.
-__device__ __forceinline__ void store_group(const float (&d)[4], float* out, const u8* vec_mask, i64 start,
-                                            int nv, int j0, int end, int k) {
+// Stores D of one 16-vector group: lane (g, t) holds rows 2t, 2t + 1 of vectors j0 + g, j0 + g + 8
+// (relative to the segment's first vector `first`; format block width k).
+__device__ __forceinline__ void store_group(const float (&d)[4], float* out, const u8* masks, i64 first,
+                                            int count, int j0, int k) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int j = j0 + g + (i >> 1) * 8;
         const int r = 2 * t + (i & 1);
-        if (j < end) {
-            const bool real = (vec_mask[start + j] >> r) & 1;
-            out[slot_of(start, nv, j, r, k)] = real ? d[i] : 0.f;
+        if (j < count) {
+            const int b0 = j / k * k;
+            const int kb = min(k, count - b0);
+            out[WINDOW * (first + b0) + r * kb + (j - b0)] = (masks[j] >> r) & 1 ? d[i] : 0.f;
         }
     }
 }
@@ -57,41 +57,63 @@ template <> struct SddmmChunk<TF32> {
     }
 };
 
+// Dynamic shared memory: seg_vectors column indices and vector masks per warp.
 template <int P>
 __global__ void __launch_bounds__(128) sddmm_kernel(
-    const i64* __restrict__ row_ptr, const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
-    const int* __restrict__ seg_window, const int* __restrict__ seg_begin, i64 n_segments, int seg_vectors,
+    const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
+    const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
     int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
     const typename SddmmChunk<P>::T* __restrict__ x, const typename SddmmChunk<P>::T* __restrict__ y) {
     typedef SddmmChunk<P> Chunk;
+    typedef typename Chunk::T T;
+    constexpr int FEATURES = 4 * Chunk::RUN;  // per chunk
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int w = seg_window[seg];
-    const i64 start = row_ptr[w];
-    const int nv = (int)(row_ptr[w + 1] - start);
-    const int begin = seg_begin[seg], end = min(begin + seg_vectors, nv);
-    const i64 row = (i64)w * WINDOW + g;
-    // the segment's column indices, staged in shared memory
+    const i64 first = seg_first[seg];
+    const int count = seg_count[seg];
+    const i64 row = (i64)seg_window[seg] * WINDOW + g;
     extern __shared__ int smem[];
-    int* cols = smem + (threadIdx.x >> 5) * seg_vectors - begin;
-    for (int j = begin + lane; j < end; j += 32) cols[j] = col_idx[start + j];
+    const int warp = threadIdx.x >> 5;
+    int* cols = smem + warp * seg_vectors;
+    u8* masks = reinterpret_cast<u8*>(smem + (blockDim.x >> 5) * seg_vectors) + warp * seg_vectors;
+    for (int j = lane; j < count; j += 32) {
+        cols[j] = col_idx[first + j];
+        masks[j] = vec_mask[first + j];
+    }
     __syncwarp();
-    for (int j0 = begin; j0 < end; j0 += 16) {
-        const int ja = j0 + g, jb = j0 + g + 8;
-        const i64 ca = ja < end ? cols[ja] : -1;
-        const i64 cb = jb < end ? cols[jb] : -1;
-        float d[4] = {};
-        for (int c = 0; c < kdim; c += 4 * Chunk::RUN) {  // uniform across the warp: mma.sync needs all lanes
+    u32 x0[4] = {};
+    if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
+    for (int j0 = 0; j0 < count; j0 += 16 * GROUPS) {
+        i64 col[GROUPS][2];
+#pragma unroll
+        for (int h = 0; h < 2 * GROUPS; ++h) {
+            const int j = j0 + 8 * h + g;
+            col[h / 2][h % 2] = j < count ? cols[j] : -1;
+        }
+        float d[GROUPS][4] = {};
+        for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
             const int f0 = c + t * Chunk::RUN;
             const int valid = kdim - f0;
-            u32 ya[4] = {}, yb[4] = {}, xr[4] = {};
-            if (ca >= 0) load_group<typename Chunk::T, Chunk::RUN>(ya, y + ca * kdim + f0, valid, aligned);
-            if (cb >= 0) load_group<typename Chunk::T, Chunk::RUN>(yb, y + cb * kdim + f0, valid, aligned);
-            if (row < n_rows) load_group<typename Chunk::T, Chunk::RUN>(xr, x + row * kdim + f0, valid, aligned);
-            Chunk::mma(d, ya, yb, xr);
+            u32 yv[GROUPS][2][4] = {}, xr[4] = {};
+#pragma unroll
+            for (int q = 0; q < GROUPS; ++q) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (col[q][h] >= 0) load_group<T, Chunk::RUN>(yv[q][h], y + col[q][h] * kdim + f0, valid, aligned);
+                }
+            }
+            if (c == 0) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) xr[i] = x0[i];
+            } else if (row < n_rows) {
+                load_group<T, Chunk::RUN>(xr, x + row * kdim + f0, valid, aligned);
+            }
+#pragma unroll
+            for (int q = 0; q < GROUPS; ++q) Chunk::mma(d[q], yv[q][0], yv[q][1], xr);
         }
-        store_group(d, out, vec_mask, start, nv, j0, end, k);
+#pragma unroll
+        for (int q = 0; q < GROUPS; ++q) store_group(d[q], out, masks, first, count, j0 + 16 * q, k);
     }
 }
 
