@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -301,13 +302,26 @@ def _copy_bandwidth_text(timer: Timer) -> str:
         return f"not measured ({_describe(e)})"
 
 
+def driver_version() -> str:
+    """The NVIDIA driver's version as nvidia-smi reports it (torch does not expose it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return out.split()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown (nvidia-smi did not answer)"
+
+
 def environment(timer: Timer) -> dict[str, str]:
+    """Where a benchmark ran: date, torch, python, the command; the GPU (name, driver, CUDA,
+    SMs, memory, copy bandwidth) or the CPU. Written beside every result CSV."""
     device = timer.device
     env = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "torch": torch.__version__, "python": platform.python_version(), "command": " ".join(sys.argv)}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(gpu=props.name, cuda=str(torch.version.cuda), sms=str(props.multi_processor_count),
+        env.update(gpu=props.name, driver=driver_version(), cuda=str(torch.version.cuda),
+                   sms=str(props.multi_processor_count),
                    memory_gib=f"{props.total_memory / 2**30:.0f}",
                    copy_bandwidth=_copy_bandwidth_text(timer))
     else:
@@ -384,7 +398,7 @@ def run(args) -> int:
     if peak is not None:
         env["peak_memory"] = f"{peak / 2**30:.2f} GiB allocated"
     if args.csv:
-        table.write_csv(rows, args.csv)
+        table.write_csv(rows, args.csv, env, Row)
     if args.markdown:
         args.markdown.write_text(markdown(env, summary_table, rows, bench.graphs))
     failed = [r for r in bench.rows if r.error]

@@ -30,12 +30,11 @@ without PyG). A failing row records its error and the run goes on.
 from __future__ import annotations
 
 import copy
-import csv
 import gc
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +62,8 @@ BARS = (("GCNConv", "fp16", 2.0), ("AGNNConv", "fp16", 3.0), ("GCNConv", "fp32",
 @dataclass
 class ModelRow:
     """One measured (graph, model, impl, precision). ``ms`` per call (layers) or per epoch
-    (training); ``speedup`` = fastest PyG fp32 ms / ms; ``peak_mb`` and ``prep_ms`` as the
+    (training, e2e); ``amortized_ms`` (e2e) = ms + prep_ms / 200; ``speedup`` /
+    ``speedup_fp16`` = fastest PyG fp32 / fp16 ms / ms; ``peak_mb`` and ``prep_ms`` as the
     module docs say; ``error`` the first line of what went wrong, or ""."""
 
     graph: str
@@ -71,15 +71,18 @@ class ModelRow:
     impl: str
     precision: str
     ms: float | None = None
-    speedup: float | None = None
-    peak_mb: float | None = None
     prep_ms: float | None = None
+    amortized_ms: float | None = None
+    speedup: float | None = None
+    speedup_fp16: float | None = None
+    peak_mb: float | None = None
     rel_err: float | None = None
     error: str = ""
 
 
 COLUMNS = [f.name for f in fields(ModelRow)]
-HEADERS = {"ms": "ms", "speedup": "x PyG fp32", "peak_mb": "peak MB", "prep_ms": "prep ms", "rel_err": "rel err"}
+HEADERS = {"ms": "ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200", "speedup": "x PyG fp32",
+           "speedup_fp16": "x PyG fp16", "peak_mb": "peak MB", "rel_err": "rel err"}
 
 
 def pyg_missing() -> str | None:
@@ -93,15 +96,23 @@ def pyg_missing() -> str | None:
 
 # ---------------------------------------------------------------------- PyG twins
 class PyGConv(nn.Module):
-    """A PyG conv behind flashgnn's ``layer(graph, feat)`` signature: ``act(conv(feat, adj))``
-    with the adjacency ``adj`` (a torch.sparse CSR adj_t or an edge_index) fixed."""
+    """A PyG conv behind flashgnn's ``layer(graph, feat)`` signature:
+    ``act(conv(feat_drop(feat), adj))`` with the adjacency ``adj`` (a torch.sparse CSR adj_t
+    or an edge_index) fixed. With ``heads``, the conv's concatenated heads [N, heads * C] are
+    returned as [N, heads, C], the shape of flashgnn's GATConv output."""
 
-    def __init__(self, conv: nn.Module, adj: torch.Tensor, activation: Callable | None = None):
+    def __init__(self, conv: nn.Module, adj: torch.Tensor, activation: Callable | None = None,
+                 feat_drop: nn.Module | None = None, heads: int | None = None):
         super().__init__()
         self.conv, self.adj, self.activation = conv, adj, activation
+        self.feat_drop, self.heads = feat_drop, heads
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        if self.feat_drop is not None:
+            feat = self.feat_drop(feat)
         out = self.conv(feat, self.adj)
+        if self.heads is not None:
+            out = out.view(out.shape[0], self.heads, -1)
         return self.activation(out) if self.activation is not None else out
 
 
@@ -123,15 +134,30 @@ def _pyg_conv(layer: nn.Module, adj: torch.Tensor, cached: bool) -> PyGConv:
         with torch.no_grad():
             conv.beta.copy_(layer.beta)
         return PyGConv(conv, adj)
+    if isinstance(layer, fnn.GATConv):
+        if layer.res_fc is not None:
+            raise ValueError("the PyG twin of GATConv has no residual")
+        conv = pyg_nn.GATConv(layer.in_feats, layer.out_feats, heads=layer.num_heads, concat=True,
+                              negative_slope=layer.leaky_relu.negative_slope, dropout=layer.attn_drop.p,
+                              add_self_loops=False, bias=layer.bias is not None).to(adj.device)
+        with torch.no_grad():
+            conv.lin.weight.copy_(layer.fc.weight)
+            conv.att_src.copy_(layer.attn_l)
+            conv.att_dst.copy_(layer.attn_r)
+            if layer.bias is not None:
+                conv.bias.copy_(layer.bias)  # [heads * C] after the concatenation, as flashgnn adds it
+        return PyGConv(conv, adj, layer.activation, copy.deepcopy(layer.feat_drop), layer.num_heads)
     raise TypeError(f"no PyG counterpart for {type(layer).__name__}")
 
 
 def pyg_twin(module: nn.Module, adj: torch.Tensor, cached: bool = False) -> nn.Module:
-    """A copy of ``module`` (a flashgnn layer, or a model built of them) whose GCNConv and
-    AGNNConv layers are PyG's, with the same weights, fed ``adj``; everything else (dense
-    layers, dropout, the forward) is the model's own. PyG's GCN normalisation uses in-degrees
-    on both sides, which equals flashgnn's "both" on symmetric graphs (the benchmark's)."""
-    if isinstance(module, (fnn.GCNConv, fnn.AGNNConv)):
+    """A copy of ``module`` (a flashgnn layer, or a model built of them) whose GCNConv,
+    AGNNConv and GATConv layers are PyG's, with the same weights, fed ``adj``; everything else
+    (dense layers, dropout, the forward) is the model's own. PyG's GCN normalisation uses
+    in-degrees on both sides, which equals flashgnn's "both" on symmetric graphs (the
+    benchmark's). PyG's GATConv takes an edge_index (GAT's attention dropout is PyG's, on
+    its own [E, heads] tensor)."""
+    if isinstance(module, (fnn.GCNConv, fnn.AGNNConv, fnn.GATConv)):
         return _pyg_conv(module, adj, cached)
     twin = copy.deepcopy(module)
     for name, child in module.named_children():
@@ -204,27 +230,21 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
 
 
 def set_speedups(rows: list[ModelRow]) -> None:
-    """speedup of every row = the fastest PyG fp32 ms of its (graph, model) / its ms."""
-    best: dict[tuple, float] = {}
-    for r in rows:
-        if r.impl.startswith("PyG") and r.precision == "fp32" and r.ms:
-            key = (r.graph, r.model)
-            best[key] = min(best.get(key, r.ms), r.ms)
-    for r in rows:
-        base = best.get((r.graph, r.model))
-        if base and r.ms:
-            r.speedup = base / r.ms
+    """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) ms of its
+    (graph, model) / its ms."""
+    for precision, column in (("fp32", "speedup"), ("fp16", "speedup_fp16")):
+        best: dict[tuple, float] = {}
+        for r in rows:
+            if r.impl.startswith("PyG") and r.precision == precision and r.ms:
+                key = (r.graph, r.model)
+                best[key] = min(best.get(key, r.ms), r.ms)
+        for r in rows:
+            base = best.get((r.graph, r.model))
+            if base and r.ms:
+                setattr(r, column, base / r.ms)
 
 
 # ---------------------------------------------------------------------- tables
-def write_csv(rows: list[ModelRow], path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
-
-
 def row_table(rows: list[ModelRow]) -> tuple[list[str], list[list[str]]]:
     cols = [c for c in COLUMNS if any(getattr(r, c) not in (None, "") for r in rows)]
     return [HEADERS.get(c, c) for c in cols], table.cells(rows, cols)
@@ -243,10 +263,10 @@ def markdown(title: str, env: dict, method: str, notes: list[str], rows: list[Mo
 def report(rows: list[ModelRow], notes: list[str], args, title: str, method: str, timer: Timer) -> int:
     """Print the table and the notes, write --csv and --markdown; 1 when a flashgnn row
     failed (a PyG configuration PyG cannot run is not a failure of ours)."""
+    env = environment(timer) if args.csv or args.markdown else {}
     if args.csv:
-        write_csv(rows, args.csv)
+        table.write_csv(rows, args.csv, env, ModelRow)
     if args.markdown:
-        env = environment(timer)
         args.markdown.write_text(markdown(title, env, method, notes, rows))
     print()
     print(table.text_table(*row_table(rows)))

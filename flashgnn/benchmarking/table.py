@@ -1,10 +1,13 @@
-"""Benchmark result rows and their tables: CSV, Markdown, and aligned text for the terminal."""
+"""Benchmark result rows and their tables: CSV (with the environment beside it), Markdown,
+and aligned text for the terminal."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 
 
 @dataclass
@@ -33,6 +36,12 @@ _HEADERS = {"size": "N/K", "gbps": "GB/s", "gflops": "GFLOPS", "speedup": "x bas
             "rel_err": "rel err", "extra_mb": "op MB"}
 
 
+def geomean(values) -> float:
+    """Geometric mean of positive numbers."""
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
 def geomean_rows(rows: list[Row], graphs: set[str], label: str) -> list[Row]:
     """Geometric-mean speedup per (op, impl, size) over the rows of ``graphs`` that have one;
     ``graph`` of the result is ``label (n graphs)``."""
@@ -42,7 +51,7 @@ def geomean_rows(rows: list[Row], graphs: set[str], label: str) -> list[Row]:
             groups[(r.op, r.impl, r.size)].append(r.speedup)
     return [
         Row(f"{label} ({len(v)} graphs)", None, op, impl, size,
-            speedup=math.exp(sum(map(math.log, v)) / len(v)))
+            speedup=geomean(v))
         for (op, impl, size), v in groups.items()
     ]
 
@@ -52,7 +61,7 @@ def _cell(name: str, value) -> str:
         return ""
     if name == "rel_err":
         return f"{value:.1e}"
-    if name == "speedup":
+    if name.startswith("speedup"):
         return f"{value:.2f}x"
     if name == "nnz":
         return f"{value:,}"
@@ -88,9 +97,51 @@ def headers(columns: list[str]) -> list[str]:
     return [_HEADERS.get(c, c) for c in columns]
 
 
-def write_csv(rows: list[Row], path) -> None:
+def write_csv(rows: list, path, env: dict[str, str], row_type: type) -> None:
+    """Write ``rows`` (``row_type`` dataclasses, one column per field) to the CSV file ``path``
+    and ``env`` (``kernels.environment``: GPU, driver, torch, date, ...) to
+    ``environment_path(path)``, so that a report can say where the numbers come from."""
+    columns = [f.name for f in fields(row_type)]
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
+            writer.writerow({c: "" if getattr(r, c) is None else getattr(r, c) for c in columns})
+    environment_path(path).write_text(json.dumps(env, indent=1) + "\n")
+
+
+def environment_path(csv_path) -> Path:
+    """The JSON file beside a result CSV that holds its environment: ``<csv_path>.json``."""
+    return Path(f"{csv_path}.json")
+
+
+def read_environment(csv_path) -> dict[str, str] | None:
+    """The environment written beside ``csv_path``, None when there is none."""
+    path = environment_path(csv_path)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def read_csv(path, row_type: type) -> list:
+    """The rows of a result CSV as ``row_type`` dataclasses. Cells are parsed by the field's
+    annotation (int, float, else str; empty = None, or "" for a str field); columns the type
+    lacks are ignored, and a field the file lacks takes its default (ValueError if it has none)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        present = set(reader.fieldnames or ())
+        missing = [x.name for x in fields(row_type)
+                   if x.name not in present and x.default is MISSING and x.default_factory is MISSING]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}")
+        kept = [x for x in fields(row_type) if x.name in present]
+        return [row_type(**{x.name: _parse(line[x.name], str(x.type)) for x in kept}) for line in reader]
+
+
+def _parse(text: str, annotation: str):
+    kind = annotation.split("|")[0].strip()
+    if text == "":
+        return "" if kind == "str" else None
+    if kind == "int":
+        return int(float(text))
+    if kind == "float":
+        return float(text)
+    return text
