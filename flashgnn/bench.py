@@ -10,6 +10,8 @@ BENCHMARKS = {
     "layers": ("flashgnn.benchmarking.layers", "one GCN and one AGNN layer, forward + backward, against PyG"),
     "training": ("flashgnn.benchmarking.training", "epoch time and memory of GCN and AGNN training against PyG"),
     "ablation": ("flashgnn.benchmarking.ablation", "8x1 ME-BCRS against the 16x1 baseline: ms, MMAs, bytes"),
+    "e2e": ("flashgnn.benchmarking.end_to_end",
+            "training epochs of GCN, AGNN and GAT on real and generated graphs against PyG and torch.sparse"),
 }
 
 

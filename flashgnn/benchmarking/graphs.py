@@ -66,20 +66,21 @@ def real_graph_names(root: Path | None) -> list[str]:
     return sorted(p.stem for p in root.glob("*.npz") if not p.stem.startswith("dlmc"))
 
 
-def resolve_names(spec: str, root: Path | None) -> list[str]:
-    """Graph names from a comma list that may also hold ``real``, ``generated`` and ``all``."""
+def resolve_names(spec: str, root: Path | None, generated=tuple(GENERATED)) -> list[str]:
+    """Graph names from a comma list that may also hold ``real``, ``generated`` and ``all``;
+    ``generated``: the names of the benchmark's generated graphs."""
     real = real_graph_names(root)
-    groups = {"real": real, "generated": list(GENERATED), "all": real + list(GENERATED)}
+    groups = {"real": real, "generated": list(generated), "all": real + list(generated)}
     names: list[str] = []
     for token in filter(None, (t.strip() for t in spec.split(","))):
         if token in groups:
             names += groups[token]
-        elif token in real or token in GENERATED:
+        elif token in real or token in generated:
             names.append(token)
         else:
             where = f"in {root}" if root else "(no datasets folder found: set FLASHGNN_DATA)"
             raise ValueError(
-                f"unknown graph {token!r}: use real, generated, all, {', '.join(GENERATED)} or a graph {where}"
+                f"unknown graph {token!r}: use real, generated, all, {', '.join(generated)} or a graph {where}"
             )
     return list(dict.fromkeys(names))
 

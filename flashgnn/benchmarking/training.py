@@ -23,10 +23,12 @@ PyG's input tensor. A failing row records its error and the run goes on.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
 
+from ..data import Dataset
 from ..data.synthetic import load_synthetic
 from ..training.loop import train_step
 from ..training.precision import grad_scaler
@@ -51,15 +53,42 @@ def add_arguments(p) -> None:
     add_common_arguments(p)
 
 
-def training_step(module, graph, x, y, mask, precision: str):
+def training_step(module, graph, x, y, mask, precision: str, multi_label: bool = False):
     """One epoch of ``module`` (fresh Adam and loss scaler), as a callable returning the loss."""
     optimizer = torch.optim.Adam(module.parameters(), lr=LEARNING_RATE)
     scaler = grad_scaler(precision, x.device)
     module.train()
 
     def step():
-        return train_step(module, graph, x, y, mask, optimizer, scaler, precision, False).detach()
+        return train_step(module, graph, x, y, mask, optimizer, scaler, precision, multi_label).detach()
     return step
+
+
+def on_device(data: Dataset, device: torch.device) -> Dataset:
+    """``data`` as the benchmarks train on it: graph with self-loops, float32 features,
+    labels and training mask on ``device`` (validation and test masks stay where they are)."""
+    return dataclasses.replace(data, graph=data.graph.to(device).add_self_loops(),
+                               x=data.x.to(device, torch.float32), y=data.y.to(device),
+                               train_mask=data.train_mask.to(device))
+
+
+def bench_model(label: str, described: str, model, pyg_paths, data: Dataset, timer, precisions: list[str],
+                with_pyg: bool) -> list[ModelRow]:
+    """The rows of one model (flashgnn, built) on one dataset (``on_device``): an epoch of
+    flashgnn in every precision and of the PyG twin fed each of ``pyg_paths``."""
+    rows = []
+    for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
+        row = ModelRow(label, described, impl, precision)
+
+        def prepare(precision=precision, path=path):
+            module, g = module_and_graph(model, data.graph, precision, path, cached=True)
+            return training_step(module, g, data.x, data.y, data.train_mask, precision, data.multi_label)
+
+        measure(row, timer, prepare)
+        rows.append(row)
+        print(f"  {described:18s} {impl:16s} {precision:5s} "
+              + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+    return rows
 
 
 def run(args) -> int:
@@ -78,34 +107,19 @@ def run(args) -> int:
     tic = time.perf_counter()
     data = load_synthetic(**params, progress=False)
     generated_s = time.perf_counter() - tic
-    graph = data.graph.to(device).add_self_loops()
-    x = data.x.to(device)
-    y = data.y.to(device)
-    mask = data.train_mask.to(device)
-    num_classes = data.num_classes
-    label = f"synthetic {graph.num_nodes:,} nodes"
-    notes.append(f"{label}: {graph.num_edges:,} nonzeros with self-loops, {data.num_features} features, "
+    data = on_device(data, device)
+    label = f"synthetic {data.num_nodes:,} nodes"
+    notes.append(f"{label}: {data.graph.num_edges:,} nonzeros with self-loops, {data.num_features} features, "
                  f"{data.num_classes} classes; generated in {generated_s:.1f} s")
     print(notes[-1], flush=True)
-    del data
 
     rows: list[ModelRow] = []
     for name in models:
         kwargs, pyg_paths = MODELS[name]
         torch.manual_seed(args.seed)
-        model = build_model(name, x.shape[1], num_classes, **kwargs).to(device)
+        model = build_model(name, data.num_features, data.num_classes, **kwargs).to(device)
         described = f"{name} {kwargs['num_layers']}x{kwargs['hidden_feats']}"
-        for impl, precision, path in implementations(pyg_paths, precisions, pyg_runs(args, notes)):
-            row = ModelRow(label, described, impl, precision)
-
-            def prepare(model=model, precision=precision, path=path):
-                module, g = module_and_graph(model, graph, precision, path, cached=True)
-                return training_step(module, g, x, y, mask, precision)
-
-            measure(row, timer, prepare)
-            rows.append(row)
-            print(f"  {described:10s} {impl:16s} {precision:5s} "
-                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+        rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, pyg_runs(args, notes))
         del model
     set_speedups(rows)
     return report(rows, notes, args, "Training benchmark (full-graph epochs)", __doc__.split("\n\n", 1)[1], timer)
