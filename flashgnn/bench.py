@@ -12,6 +12,7 @@ BENCHMARKS = {
     "ablation": ("flashgnn.benchmarking.ablation", "8x1 ME-BCRS against the 16x1 baseline: ms, MMAs, bytes"),
     "e2e": ("flashgnn.benchmarking.end_to_end",
             "training epochs of GCN, AGNN and GAT on real and generated graphs against PyG and torch.sparse"),
+    "report": ("flashgnn.benchmarking.report", "Markdown tables and PNG plots from the benchmarks' CSV files"),
 }
 
 
