@@ -5,7 +5,7 @@ compute-sanitizer (a script, not a pytest module):
     compute-sanitizer --tool racecheck python tests/gpu_sanitizer_case.py
     compute-sanitizer --tool initcheck python tests/gpu_sanitizer_case.py
 
-The matrix (61 x 900) has a hub row of ~700 nonzeros, so split windows and the reduction run too.
+The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700 nonzeros, so split windows and the reduction run too.
 """
 import os
 import sys
@@ -28,13 +28,17 @@ def main() -> None:
         values = rng.standard_normal(a.nnz).astype(np.float32)
         fmt = MEBCRS.from_csr(a.indptr, a.indices, values, n_cols=900, k=k, device="cuda")
         for precision in precisions:
-            for n in (7, 64):
+            for n in (7, 64, 160):  # 1, 2 and 4 warps per staged SpMM segment
                 x = torch.randn(900, n, device="cuda", requires_grad=True)
                 v = fmt.values.clone().requires_grad_()
                 ops.spmm(fmt, x, precision, values=v).sum().backward()
                 s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"),
                               "fp16" if precision == "fp32" else precision)
                 ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
+    fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
+    for n in (7, 64):
+        ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")
+        ops.sddmm(fmt16, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), "fp16")
     torch.cuda.synchronize()
     print("sanitizer case done")
 

@@ -13,6 +13,9 @@ _KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32":
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
 
 
+SEG_VECTORS = 64  # segments.py: short segments suit the SDDMM at any size
+
+
 def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
     """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors], fp32; precision in
     {"fp16", "bf16", "tf32"}. x [n_rows, K], y [n_cols, K] of any float dtype."""
@@ -24,7 +27,7 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
         return out
     if kdim == 0:
         return out.zero_()
-    seg = segments_for(row_ptr)
+    seg = segments_for(row_ptr, SEG_VECTORS)
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
     blocks = (seg.n_segments + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
     launch(SOURCE, _KERNEL[precision], x.device, (blocks,), (32 * WARPS_PER_BLOCK,),

@@ -7,18 +7,19 @@ from dataclasses import dataclass
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-# Vectors per segment: a power of two in [128, 256] (multiples of 16, the SDDMM's vectors per
-# MMA), the smallest that keeps about TARGET_SEGMENTS segments (one resident warp each on an
+# Vectors per segment: a power of two in [shortest, 256] (multiples of 16, the SDDMM's vectors
+# per MMA), the smallest that keeps about TARGET_SEGMENTS segments (one resident warp each on an
 # H100/H200). Small graphs are cut finer to fill the GPU; large ones keep long segments, since
-# every split window costs partial sums in a workspace (measured on an H200: 128 is 15-30%
-# faster than 256 on graphs of a few thousand windows, 40-60% slower on a 300k-window graph;
-# 64 was no faster than 128 on a 3.5k-window graph).
+# every split window costs partial sums in a workspace. Measured on an H100 over the 33 shared
+# graphs (geomean against cuSPARSE): SpMM N=32 prefers 64 (1.66x; 1.60x at 128), N=128 prefers
+# 128 (1.45x; 1.24x at 64, 1.41x at 256); SDDMM, which splits nothing, prefers 64 at any size
+# (K=32: 4.71x; 3.85x at 128).
 MIN_SEG_VECTORS, MAX_SEG_VECTORS = 128, 256
 TARGET_SEGMENTS = 132 * 32
 
 
-def default_seg_vectors(n_vectors: int) -> int:
-    seg = MIN_SEG_VECTORS
+def default_seg_vectors(n_vectors: int, shortest: int = MIN_SEG_VECTORS) -> int:
+    seg = shortest
     while seg < MAX_SEG_VECTORS and seg * TARGET_SEGMENTS < n_vectors:
         seg *= 2
     return seg
@@ -65,13 +66,18 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
                     int(split_count.sum()))
 
 
-def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None) -> Segments:
-    """Segments of the windows of ``row_ptr`` (cached while that tensor lives); by default
-    ``default_seg_vectors`` of its vector count. Only a cache miss synchronises."""
-    key = (row_ptr._version, seg_vectors)
+def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
+                 shortest: int = MIN_SEG_VECTORS) -> Segments:
+    """Segments of the windows of ``row_ptr`` (cached while that tensor lives) of ``seg_vectors``
+    vectors, by default ``default_seg_vectors(n_vectors, shortest)``. Only a cache miss
+    synchronises."""
+    key = (seg_vectors, shortest)
     hit = _CACHE.get(row_ptr)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])))
-    _CACHE[row_ptr] = (key, seg)
+    if hit is None or hit[0] != row_ptr._version:
+        hit = (row_ptr._version, {})
+        _CACHE[row_ptr] = hit
+    seg = hit[1].get(key)
+    if seg is None:
+        seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1]), shortest))
+        hit[1][key] = seg
     return seg

@@ -49,7 +49,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     out = torch.empty(n_rows, n, dtype=out_dtype, device=x.device)
     if n == 0 or n_rows == 0:
         return out
-    seg = segments_for(row_ptr)
+    seg = segments_for(row_ptr, shortest=64 if n <= CHUNK else 128)
     workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     per_segment = warps_per_segment(n)
