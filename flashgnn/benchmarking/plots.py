@@ -15,13 +15,13 @@ def missing() -> str | None:
     return None
 
 
-def _figure(width: float):
+def _figure(width: float, height: float = 4.8):
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    return plt, plt.figure(figsize=(width, 4.8))
+    return plt, plt.figure(figsize=(width, height))
 
 
 def _plain_log_axis(axis, suffix: str = "") -> None:
@@ -73,10 +73,13 @@ def distribution(groups: dict[str, list[float]], ylabel: str, title: str, stamp:
 
 def scatter(panels: dict[str, dict[str, list[tuple[float, float]]]], xlabel: str, ylabel: str, title: str,
             stamp: str, path: Path) -> Path:
-    """One log-log panel per key of ``panels``, one series of (x, y) points per label."""
-    plt, fig = _figure(5.0 * len(panels) + 1)
+    """One log-log panel per key of ``panels`` (three to a row), one series of (x, y) points
+    per label."""
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    plt, fig = _figure(5.0 * cols + 1, 4.2 * rows + 0.6)
     for i, (panel, series) in enumerate(panels.items(), start=1):
-        ax = fig.add_subplot(1, len(panels), i)
+        ax = fig.add_subplot(rows, cols, i)
         for label, points in series.items():
             ax.plot(*zip(*sorted(points)), "o", label=label, markersize=3, alpha=0.7)
         ax.set_xscale("log")

@@ -13,7 +13,7 @@ e2e per (model, impl, precision) against the fastest PyG fp32 and fp16 path. Ker
 16x1 / 8x1 of time, MMAs and bytes over the graphs (time ratio > 1: 8x1 is faster).
 Plots (--plots DIR; matplotlib, ``pip install 'flashgnn[plot]'``): ``<benchmark>_speedup*.png``
 (a box and the points over graphs per configuration of our code), ``kernels_throughput.png``
-(GFLOPS against nnz, per op), ``vectors.png`` (16x1 / 8x1 time per op and precision).
+(GFLOPS against nnz, per op and N/K), ``vectors.png`` (16x1 / 8x1 time per op and precision).
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def kernels_section(rep: Report, path: Path) -> None:
     panels: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.gflops and not r.error:
-            panels[r.op][f"{r.impl} {r.size}"].append((r.nnz, r.gflops))
+            panels[f"{r.op} N/K={r.size}"][r.impl].append((r.nnz, r.gflops))
     if panels:
         rep.plot(plots.scatter, "kernels_throughput.png", panels, "nonzeros", "GFLOPS", "Throughput", note)
 
