@@ -105,8 +105,9 @@ def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str,
         if check:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                csr64 = torch.sparse_csr_tensor(indptr, indices, values.double(), (g.num_nodes, g.num_nodes),
-                                                check_invariants=False)
+                # one index dtype for both arrays: cuSPARSE reads them with one width
+                csr64 = torch.sparse_csr_tensor(indptr, indices.to(indptr.dtype), values.double(),
+                                                (g.num_nodes, g.num_nodes), check_invariants=False)
         del indptr, indices
         storage = STORAGE[precision]
         for op, size in PLAN:
