@@ -26,8 +26,9 @@ import torch
 from ..format import MEBCRS
 from ..ops import sddmm, spmm
 from . import table
-from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
-from .kernels import ERROR_BOUND, QUICK_SCALE, STORAGE, _describe, _rel_err, _sddmm_check, environment
+from .graphs import BenchGraph, data_dir, load_graph, resolve_names
+from .kernels import (ERROR_BOUND, QUICK_SCALE, STORAGE, _describe, _rel_err, _sddmm_check, add_run_arguments,
+                      environment)
 from .mma_cost import padding_fraction, sddmm_cost, spmm_cost
 from .timing import Timer
 
@@ -65,12 +66,7 @@ def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="check every result against float64 torch.sparse")
     p.add_argument("--csv", type=Path, help="write every row to this CSV file (the environment beside it)")
     p.add_argument("--markdown", type=Path, help="write the summary and every row to this Markdown file")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5, quick 2)")
-    p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 30, quick 10)")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_arguments(p)
 
 
 def _measure(row: AblationRow, timer: Timer, fn, check) -> None:

@@ -65,6 +65,11 @@ def add_arguments(p) -> None:
                    help="check every timed result against float64 torch.sparse and show the relative error")
     p.add_argument("--csv", type=Path, help="write every row to this CSV file")
     p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
+    add_run_arguments(p)
+
+
+def add_run_arguments(p) -> None:
+    """Device, data and timing options shared by the kernel-level benchmarks."""
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
