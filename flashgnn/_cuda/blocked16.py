@@ -9,20 +9,19 @@ import torch
 
 from .runtime import launch, ptr
 from .sources import register
+from .spmm import STORAGE, TAG
 
 PRECISION_ID = {"fp16": 0, "bf16": 1}
-_STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_OUT_TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
 _RUNS = (4, 8)  # E: features per lane and gathered row (a warp covers 8 E feature columns)
 _WARPS = 4      # warps per thread block
 
 
 def _spmm_name(precision: str, e: int, out_dtype: torch.dtype) -> str:
-    return f"fg::b16::spmm16<{PRECISION_ID[precision]}, {e}, {_OUT_TAG[out_dtype]}>"
+    return f"fg::b16::spmm16<{PRECISION_ID[precision]}, {e}, {TAG[out_dtype]}>"
 
 
 SOURCE = register("blocked16.cu",
-                  [_spmm_name(p, e, d) for p in PRECISION_ID for e in _RUNS for d in _OUT_TAG]
+                  [_spmm_name(p, e, d) for p in PRECISION_ID for e in _RUNS for d in TAG]
                   + [f"fg::b16::sddmm16<{i}>" for i in PRECISION_ID.values()])
 
 
@@ -42,7 +41,7 @@ def spmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, values: torch.Tens
     (read as float32); x [n_cols, N] of any float dtype, rounded to ``precision`` ("fp16" or
     "bf16"). Returns [n_rows, N] in ``out_dtype`` (float16, bfloat16 or float32)."""
     n = x.shape[1]
-    xs = x.to(_STORAGE[precision]).contiguous()
+    xs = x.to(STORAGE[precision]).contiguous()
     vals = values.to(torch.float32).contiguous()
     out = torch.empty(n_rows, n, dtype=out_dtype, device=x.device)
     if n == 0 or n_rows == 0:
@@ -62,8 +61,8 @@ def sddmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.T
     0 on every slot that is not a nonzero. vec_mask int16 [8 * n_blocks]; x [n_rows, K],
     y [n_cols, K] of any float dtype, rounded to ``precision`` ("fp16" or "bf16")."""
     kdim = x.shape[1]
-    xs = x.to(_STORAGE[precision]).contiguous()
-    ys = y.to(_STORAGE[precision]).contiguous()
+    xs = x.to(STORAGE[precision]).contiguous()
+    ys = y.to(STORAGE[precision]).contiguous()
     out = torch.empty(16 * col_idx.numel(), dtype=torch.float32, device=x.device)
     if out.numel() == 0:
         return out

@@ -11,20 +11,20 @@ from .sources import register
 # Operand storage per precision and the tags the kernels use for element types.
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
 _PRECISION_ID = {"fp16": 0, "bf16": 1, "tf32": 2}
-_TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
+TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
 
 WARPS_PER_BLOCK = 4
 CHUNK = 32  # feature columns per warp
 
 
 def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
-    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {_TAG[out_dtype]}>"
+    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}>"
 
 
 SOURCE = register(
     "spmm.cu",
-    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in _TAG]
-    + [f"fg::spmm_reduce<{tag}>" for tag in _TAG.values()],
+    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in TAG]
+    + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
 
@@ -65,7 +65,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if seg.n_parts:
         n_split = seg.split_window.numel()
         total = n_split * 8 * n
-        launch(SOURCE, f"fg::spmm_reduce<{_TAG[out_dtype]}>", x.device, (min((total + 255) // 256, 1 << 16),),
+        launch(SOURCE, f"fg::spmm_reduce<{TAG[out_dtype]}>", x.device, (min((total + 255) // 256, 1 << 16),),
                (256,), ptr(workspace), ptr(seg.split_window), ptr(seg.split_part), ptr(seg.split_count),
                np.int64(n_split), np.int32(n_rows), np.int32(n), ptr(out))
     return out
