@@ -32,8 +32,7 @@ def main() -> None:
                 x = torch.randn(900, n, device="cuda", requires_grad=True)
                 v = fmt.values.clone().requires_grad_()
                 ops.spmm(fmt, x, precision, values=v).sum().backward()
-                s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"),
-                              "fp16" if precision == "fp32" else precision)
+                s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), precision)
                 ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):

@@ -76,7 +76,7 @@ def test_input_dtypes(precision, dtype):
     check_sddmm(HUB, precision, 33, dtype=dtype)
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+@pytest.mark.parametrize("precision", PRECISIONS)
 def test_misaligned_inputs(precision):
     check_sddmm("square_61x61", precision, 64, dtype=torch.float32, offset=1)
     check_sddmm("square_61x61", precision, 64, dtype=torch.float16, offset=3)

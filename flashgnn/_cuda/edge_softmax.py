@@ -59,15 +59,15 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out) -> torch.Tensor:
     part_stats = torch.empty(max(seg.n_parts, 1) * n_stats * 8, dtype=torch.float32, device=device)
     k_log2 = np.int32(k.bit_length() - 1)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
-           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), ptr(seg.window), ptr(seg.begin), ptr(seg.part),
+           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), *seg.pointers("window", "begin", "part"),
            np.int64(seg.n_segments), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
     if seg.n_parts:
-        n_split = seg.split_window.numel()
+        n_split = seg.n_split
         window_stats = torch.empty(n_split * n_stats * 8, dtype=torch.float32, device=device)
         launch(SOURCE, f"fg::softmax::edge_softmax_combine<{tag}>", device, _blocks(n_split), (32 * _WARPS,),
-               ptr(part_stats), ptr(seg.split_part), ptr(seg.split_count), np.int64(n_split), ptr(window_stats))
+               ptr(part_stats), *seg.pointers("split_part", "split_count"), np.int64(n_split), ptr(window_stats))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
-               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), ptr(seg.split_window), ptr(seg.split_part),
+               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), *seg.pointers("split_window", "split_part"),
                np.int64(n_split), np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(window_stats))
     return out
 

@@ -89,8 +89,18 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
            shmem: int = 0) -> None:
     """Launch ``name`` from ``src`` on the current torch stream of ``device``.
     Arguments must be numpy scalars (np.int32, np.int64, np.float32, np.uint64 from ptr())."""
-    index = require_device(device)
-    _device(index)
-    k = kernel(src, name, index)
-    stream = _stream(index, torch.cuda.current_stream(index).cuda_stream)
+    index = device.index
+    if index is None:
+        index = torch.cuda.current_device()
+    k = _kernel_on(src, name, index)
+    _device(index)  # current in this thread (autograd's backward threads included)
+    stream = _stream(index, torch._C._cuda_getCurrentRawStream(index))
     _import_cuda_core().launch(stream, _config(grid, block, shmem), k, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_on(src: KernelSource, name: str, index: int):
+    """``kernel`` after the device checks of ``require_device``; cached, as the launch path
+    runs it on every call."""
+    require_device(torch.device("cuda", index))
+    return kernel(src, name, index)

@@ -31,7 +31,7 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
     blocks = (seg.n_segments + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
     launch(SOURCE, _KERNEL[precision], x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), ptr(vec_mask), ptr(seg.window), ptr(seg.first), ptr(seg.count),
+           ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
            np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(x.shape[0]), np.int32(kdim),
            np.int32(k), np.int32(aligned), ptr(out), ptr(xs), ptr(ys),
            shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector

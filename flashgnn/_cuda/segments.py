@@ -2,7 +2,9 @@
 hub window does not serialise one warp. Built on the device from row_ptr, cached per row_ptr."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -37,10 +39,23 @@ class Segments:
     split_count: torch.Tensor  # int32 [n_split], their number of segments
     seg_vectors: int
     n_parts: int               # workspace slots: segments of split windows
+    _pointers: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_segments(self) -> int:
         return self.window.numel()
+
+    @property
+    def n_split(self) -> int:
+        return self.split_window.numel()
+
+    def pointers(self, *names: str) -> tuple:
+        """Device addresses of the named arrays as kernel arguments (np.uint64), cached: the
+        launchers pass them on every call."""
+        hit = self._pointers.get(names)
+        if hit is None:
+            hit = self._pointers[names] = tuple(np.uint64(getattr(self, n).data_ptr()) for n in names)
+        return hit
 
 
 _CACHE: WeakIdKeyDictionary = WeakIdKeyDictionary()

@@ -50,7 +50,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if n == 0 or n_rows == 0:
         return out
     seg = segments_for(row_ptr, shortest=64 if n <= CHUNK else 128)
-    workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=x.device)
+    workspace = split_workspace(seg, n, x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     per_segment = warps_per_segment(n)
     segments_per_block = WARPS_PER_BLOCK // per_segment
@@ -58,14 +58,27 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), ptr(vals), ptr(vec_mask), ptr(seg.window), ptr(seg.first), ptr(seg.count), ptr(seg.part),
+           ptr(col_idx), ptr(vals), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"),
            ptr(workspace), np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
            np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
            shmem=segments_per_block * seg.seg_vectors * staged_bytes)
-    if seg.n_parts:
-        n_split = seg.split_window.numel()
-        total = n_split * 8 * n
-        launch(SOURCE, f"fg::spmm_reduce<{TAG[out_dtype]}>", x.device, (min((total + 255) // 256, 1 << 16),),
-               (256,), ptr(workspace), ptr(seg.split_window), ptr(seg.split_part), ptr(seg.split_count),
-               np.int64(n_split), np.int32(n_rows), np.int32(n), ptr(out))
+    reduce_split_windows(seg, workspace, n_rows, out)
     return out
+
+
+def split_workspace(seg, n: int, device: torch.device) -> torch.Tensor:
+    """fp32 partial sums [n_parts, 8, n] of the segments of split windows (16-byte aligned;
+    one element when no window is split)."""
+    return torch.empty(max(seg.n_parts * 8 * n, 1), dtype=torch.float32, device=device)
+
+
+def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor) -> None:
+    """out's rows of the split windows = the sums of their segments' partial sums in
+    ``workspace`` (kernels/spmm.cu, spmm_reduce); nothing when no window is split."""
+    if not seg.n_parts:
+        return
+    n = out.shape[1]
+    total = seg.n_split * 8 * n
+    launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, (min((total + 255) // 256, 1 << 16),),
+           (256,), ptr(workspace), *seg.pointers("split_window", "split_part", "split_count"),
+           np.int64(seg.n_split), np.int32(n_rows), np.int32(n), ptr(out))

@@ -60,18 +60,13 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     x = x.to(torch.float32).contiguous()
     values = values.to(torch.float32).contiguous()
     seg = segments_for(row_ptr)
-    workspace = torch.empty(max(seg.n_parts, 1) * 8 * n, dtype=torch.float32, device=device)
+    workspace = tensor_core_spmm.split_workspace(seg, n, device)
     vw, g = _layout(n, x)
     n_tiles = -(-n // (32 * vw * g))
     warps = seg.n_segments * n_tiles
     launch(SOURCE, f"fg::spmm32::spmm_fp32<{vw}, {g}>", device, (-(-warps // _WARPS),), (32 * _WARPS,),
-           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), ptr(seg.window), ptr(seg.begin),
-           ptr(seg.part), np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(k.bit_length() - 1),
+           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
+           np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(k.bit_length() - 1),
            np.int64(n_rows), np.int32(n), np.int32(n_tiles), ptr(x), ptr(y), ptr(workspace))
-    if seg.n_parts:
-        n_split = seg.split_window.numel()
-        total = n_split * 8 * n
-        launch(tensor_core_spmm.SOURCE, "fg::spmm_reduce<fg::Float>", device, (min(-(-total // 256), 1 << 16),),
-               (256,), ptr(workspace), ptr(seg.split_window), ptr(seg.split_part), ptr(seg.split_count),
-               np.int64(n_split), np.int32(n_rows), np.int32(n), ptr(y))
+    tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y

@@ -1,22 +1,33 @@
-"""A cheaper eager path through the ops' autograd.
+"""How the ops are called: the dispatcher only when compiling.
 
-torch.library's Python autograd registration costs several times a plain autograd.Function
-per call. Eager calls that need gradients therefore run the op inside an autograd.Function
-with the very same setup_context and backward; compiled code calls the op itself, whose
-registered autograd is that same pair."""
+Each op is a plain implementation (which picks the CUDA kernel or the reference from its
+inputs) registered as a torch.library custom op with fake and autograd kernels, so
+torch.compile can trace it. An eager call through the dispatcher costs several kernel
+launches' worth of host time, so eager calls skip it: without gradients they run the
+implementation itself, with gradients an autograd.Function with the very same setup_context
+and backward. Backward functions call ops through the same entry point; grad mode is off there,
+so they run the implementation too (or the op, when AOTAutograd traces the backward)."""
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 
-def with_eager_autograd(op, setup_context, backward):
-    """``op`` callable with autograd: registered on the op, and as an autograd.Function."""
+def tracing() -> bool:
+    """True under torch.compile or any tracing dispatch mode (make_fx, AOTAutograd, fake
+    tensors), where the ops must go through the dispatcher."""
+    return torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+
+
+def op_entry(op, impl, setup_context, backward):
+    """Register ``setup_context``/``backward`` on the custom op ``op`` (whose implementation is
+    ``impl``) and return the function the rest of the package calls it through."""
     op.register_autograd(backward, setup_context=setup_context)
 
     class Function(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
-            out = op(*inputs)  # grad mode is off here, so the op's own autograd is not entered
+            out = impl(*inputs)
             setup_context(ctx, inputs, out)
             return out
 
@@ -25,8 +36,10 @@ def with_eager_autograd(op, setup_context, backward):
             return backward(ctx, *grads)
 
     def call(*inputs):
-        if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        if tracing():
             return op(*inputs)
-        return Function.apply(*inputs)
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+            return Function.apply(*inputs)
+        return impl(*inputs)
 
     return call

@@ -5,40 +5,30 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
-from ._autograd import with_eager_autograd
+from .._cuda import edge_softmax as cuda_softmax
+from ._autograd import op_entry, tracing
 from ._pattern import check_values, pattern_args
 from .precision import compute_dtype
 from .reference import edge_softmax_backward_reference, edge_softmax_reference
 
 
-@torch.library.custom_op("flashgnn::edge_softmax", mutates_args=())
-def edge_softmax_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor,
-                    n_rows: int, k: int) -> Tensor:
-    return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
-
-
-@torch.library.custom_op("flashgnn::edge_softmax_backward", mutates_args=())
-def edge_softmax_backward_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, probs: Tensor,
-                             grad: Tensor, n_rows: int, k: int) -> Tensor:
-    return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
-
-
-@edge_softmax_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, scores, n_rows, k):
-    if scores.dtype == torch.float64:
+def _edge_softmax(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor,
+                  n_rows: int, k: int) -> Tensor:
+    if scores.device.type != "cuda" or scores.dtype == torch.float64:
         return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
-    from .._cuda.edge_softmax import edge_softmax_cuda
-
-    return edge_softmax_cuda(row_ptr, vec_mask, scores, k)
+    return cuda_softmax.edge_softmax_cuda(row_ptr, vec_mask, scores, k)
 
 
-@edge_softmax_backward_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k):
-    if torch.float64 in (probs.dtype, grad.dtype):
+def _edge_softmax_backward(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, probs: Tensor,
+                           grad: Tensor, n_rows: int, k: int) -> Tensor:
+    if probs.device.type != "cuda" or torch.float64 in (probs.dtype, grad.dtype):
         return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
-    from .._cuda.edge_softmax import edge_softmax_backward_cuda
+    return cuda_softmax.edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)
 
-    return edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)
+
+edge_softmax_op = torch.library.custom_op("flashgnn::edge_softmax", _edge_softmax, mutates_args=())
+edge_softmax_backward_op = torch.library.custom_op("flashgnn::edge_softmax_backward", _edge_softmax_backward,
+                                                   mutates_args=())
 
 
 @edge_softmax_op.register_fake
@@ -59,11 +49,12 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, probs = ctx.saved_tensors
-    grad_scores = edge_softmax_backward_op(row_ptr, col_idx, vec_mask, probs, grad, ctx.n_rows, ctx.k)
+    backward = edge_softmax_backward_op if tracing() else _edge_softmax_backward
+    grad_scores = backward(row_ptr, col_idx, vec_mask, probs, grad, ctx.n_rows, ctx.k)
     return None, None, None, grad_scores.to(ctx.dtype), None, None
 
 
-edge_softmax_autograd = with_eager_autograd(edge_softmax_op, _setup_context, _backward)
+edge_softmax_call = op_entry(edge_softmax_op, _edge_softmax, _setup_context, _backward)
 
 
 def edge_softmax(a: MEBCRS, scores: Tensor) -> Tensor:
@@ -71,4 +62,4 @@ def edge_softmax(a: MEBCRS, scores: Tensor) -> Tensor:
     real nonzeros, max-subtracted, in fp32 (float64 for float64 scores). Slots outside the
     pattern are 0 in the output and never count as neighbours."""
     check_values("scores", scores, a)
-    return edge_softmax_autograd(*pattern_args(a), scores, a.n_rows, a.k)
+    return edge_softmax_call(*pattern_args(a), scores, a.n_rows, a.k)

@@ -7,28 +7,29 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
-from ._autograd import with_eager_autograd
+from .._cuda import sddmm as cuda_sddmm
+from .._cuda import sddmm_fp32 as cuda_sddmm_fp32
+from ._autograd import op_entry
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
 from .blocked16 import sddmm16
 from .precision import check_precision, compute_dtype
 from .reference import sddmm_reference
 
 
-@torch.library.custom_op("flashgnn::sddmm", mutates_args=())
-def sddmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Tensor,
-             k: int, precision: str,
-             t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
-             t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
-    return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
-
-
-@sddmm_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
-    if precision == "fp32" or torch.float64 in (x.dtype, y.dtype):
+def _sddmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Tensor,
+           k: int, precision: str,
+           t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
+           t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
+    """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (CUDA cores for
+    fp32, tensor cores otherwise), else the reference. The A^T tensors are only for the backward."""
+    if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
-    from .._cuda.sddmm import sddmm_tensor_core
+    if precision == "fp32":
+        return cuda_sddmm_fp32.sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k)
+    return cuda_sddmm.sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
-    return sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
+
+sddmm_op = torch.library.custom_op("flashgnn::sddmm", _sddmm, mutates_args=())
 
 
 @sddmm_op.register_fake
@@ -43,24 +44,25 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
-    from .spmm import spmm_op
+    from .spmm import spmm_call
 
     row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
     t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
     grad_x = grad_y = None
     if ctx.needs_input_grad[3]:
-        grad_x = spmm_op(row_ptr, col_idx, vec_mask, grad, y, x.shape[0], ctx.k, ctx.precision,
-                         False, *t).to(x.dtype)
+        grad_x = spmm_call(row_ptr, col_idx, vec_mask, grad, y, x.shape[0], ctx.k, ctx.precision,
+                           x.dtype == torch.float32, *t).to(x.dtype)
     if ctx.needs_input_grad[4]:
         if t_row_ptr is None:
             raise RuntimeError("sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it")
         grad_t = transposed_values(grad, t_col_idx, t_perm, t_src)
-        grad_y = spmm_op(t_row_ptr, t_col_idx, t_vec_mask, grad_t, x, y.shape[0], ctx.k,
-                         ctx.precision, False, row_ptr, col_idx, vec_mask, t_src, t_perm).to(y.dtype)
+        grad_y = spmm_call(t_row_ptr, t_col_idx, t_vec_mask, grad_t, x, y.shape[0], ctx.k,
+                           ctx.precision, y.dtype == torch.float32, row_ptr, col_idx, vec_mask, t_src,
+                           t_perm).to(y.dtype)
     return (None, None, None, grad_x, grad_y) + (None,) * 7
 
 
-sddmm_autograd = with_eager_autograd(sddmm_op, _setup_context, _backward)
+sddmm_call = op_entry(sddmm_op, _sddmm, _setup_context, _backward)
 
 
 def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
@@ -78,4 +80,4 @@ def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
     if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
         return sddmm16(a, x, y, precision)
     need_t = torch.is_grad_enabled() and y.requires_grad
-    return sddmm_autograd(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))
+    return sddmm_call(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))

@@ -7,34 +7,31 @@ import torch
 from torch import Tensor
 
 from ..format import MEBCRS
-from ._autograd import with_eager_autograd
+from .._cuda import spmm as cuda_spmm
+from .._cuda import spmm_fp32 as cuda_spmm_fp32
+from ._autograd import op_entry
 from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
 from .blocked16 import spmm16
 from .precision import check_precision
 from .reference import spmm_reference
 
 
-@torch.library.custom_op("flashgnn::spmm", mutates_args=())
-def spmm_op(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, x: Tensor,
-            n_rows: int, k: int, precision: str, out_fp32: bool,
-            t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
-            t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
-    return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
-
-
-@spmm_op.register_kernel("cuda")
-def _(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
-    if torch.float64 in (values.dtype, x.dtype):
+def _spmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, x: Tensor,
+          n_rows: int, k: int, precision: str, out_fp32: bool,
+          t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
+          t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
+    """The op's implementation: the CUDA kernels for CUDA inputs up to float32, else the
+    reference. The A^T tensors are only for the backward."""
+    if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
     if precision == "fp32":
-        from .._cuda.spmm_fp32 import spmm_fp32
-
-        y = spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k)
+        y = cuda_spmm_fp32.spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k)
         return y if out_fp32 else y.to(x.dtype)
-    from .._cuda.spmm import spmm_tensor_core
+    return cuda_spmm.spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision,
+                                      torch.float32 if out_fp32 else x.dtype)
 
-    return spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision,
-                            torch.float32 if out_fp32 else x.dtype)
+
+spmm_op = torch.library.custom_op("flashgnn::spmm", _spmm, mutates_args=())
 
 
 @spmm_op.register_fake
@@ -52,22 +49,24 @@ def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, values, x, *t = ctx.saved_tensors
     grad_values = grad_x = None
     if ctx.needs_input_grad[3]:
-        from .sddmm import sddmm_op
+        from .sddmm import sddmm_call
 
-        grad_values = sddmm_op(row_ptr, col_idx, vec_mask, grad, x, ctx.k, ctx.precision,
-                               *t).to(values.dtype)
+        grad_values = sddmm_call(row_ptr, col_idx, vec_mask, grad, x, ctx.k, ctx.precision,
+                                 *t).to(values.dtype)
     if ctx.needs_input_grad[4]:
         t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
         if t_row_ptr is None:
             raise RuntimeError("spmm: the gradient of X needs A^T; call flashgnn.ops.spmm, which builds it")
-        t_values = transposed_values(values, t_col_idx, t_perm, t_src)
+        # constant values (GCN's normalised weights) are transposed once and cached
+        t_values = transposed_values(values, t_col_idx, t_perm, t_src, cache=not ctx.needs_input_grad[3])
         # A^T's own transpose is A, with the slot pairs swapped
-        grad_x = spmm_op(t_row_ptr, t_col_idx, t_vec_mask, t_values, grad, x.shape[0], ctx.k,
-                         ctx.precision, False, row_ptr, col_idx, vec_mask, t_src, t_perm).to(x.dtype)
+        grad_x = spmm_call(t_row_ptr, t_col_idx, t_vec_mask, t_values, grad, x.shape[0], ctx.k,
+                           ctx.precision, x.dtype == torch.float32, row_ptr, col_idx, vec_mask, t_src,
+                           t_perm).to(x.dtype)
     return (None, None, None, grad_values, grad_x) + (None,) * 9
 
 
-spmm_autograd = with_eager_autograd(spmm_op, _setup_context, _backward)
+spmm_call = op_entry(spmm_op, _spmm, _setup_context, _backward)
 
 
 def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None = None,
@@ -87,5 +86,5 @@ def spmm(a: MEBCRS, x: Tensor, precision: str = "fp32", *, values: Tensor | None
     if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
         return spmm16(a, x, precision, values, out_fp32)
     need_t = torch.is_grad_enabled() and x.requires_grad
-    return spmm_autograd(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
-                   *transpose_args(a, need_t))
+    return spmm_call(*pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32,
+                     *transpose_args(a, need_t))
