@@ -50,24 +50,26 @@ __device__ __forceinline__ i64 lower_bound(const i64* __restrict__ indices, i64 
     return lo;
 }
 
-// Rows of the first and last nonzero of this block's tile, found once per block, so each
-// thread searches for its row among the tile's rows only.
-__device__ __forceinline__ void tile_rows(const i64* __restrict__ indptr, i64 n_rows, i64 nnz, i64 tile,
-                                          i64 (&span)[2]) {
+// Calls f(e, row) for every nonzero e of this block's tile of BUILD_TILE nonzeros and its row.
+// The rows of the tile's first and last nonzero are found once per block, so each thread
+// searches for its row among the tile's rows only.
+template <typename F>
+__device__ __forceinline__ void for_tile_nonzeros(const i64* __restrict__ indptr, i64 n_rows, i64 nnz, F f) {
+    __shared__ i64 span[2];
+    const i64 tile = (i64)blockIdx.x * BUILD_TILE;
     if (threadIdx.x == 0) span[0] = row_of_nonzero(indptr, tile, 0, n_rows - 1);
     if (threadIdx.x == 32) span[1] = row_of_nonzero(indptr, min(tile + BUILD_TILE, nnz) - 1, 0, n_rows - 1);
     __syncthreads();
+    for (int it = 0; it < BUILD_ITEMS; ++it) {
+        const i64 e = tile + it * BUILD_THREADS + threadIdx.x;
+        if (e >= nnz) break;
+        f(e, row_of_nonzero(indptr, e, span[0], span[1]));
+    }
 }
 
 __global__ void mark_first(const i64* __restrict__ indptr, const i64* __restrict__ indices,
                            u8* __restrict__ first, i64 n_rows, i64 nnz) {
-    __shared__ i64 span[2];
-    const i64 tile = (i64)blockIdx.x * BUILD_TILE;
-    tile_rows(indptr, n_rows, nnz, tile, span);
-    for (int it = 0; it < BUILD_ITEMS; ++it) {
-        const i64 e = tile + it * BUILD_THREADS + threadIdx.x;
-        if (e >= nnz) break;
-        const i64 row = row_of_nonzero(indptr, e, span[0], span[1]);
+    for_tile_nonzeros(indptr, n_rows, nnz, [&](i64 e, i64 row) {
         const i64 c = __ldg(indices + e);
         u8 is_first = 1;
         for (i64 q = row & ~(i64)(WINDOW - 1); q < row; ++q) {
@@ -79,7 +81,7 @@ __global__ void mark_first(const i64* __restrict__ indptr, const i64* __restrict
             }
         }
         first[e] = is_first;
-    }
+    });
 }
 
 // offs: exclusive prefix sum of mark_first's output, [nnz + 1]; k_log2: log2 of the block width.
@@ -87,13 +89,7 @@ __global__ void place_nonzeros(const i64* __restrict__ indptr, const i64* __rest
                                const i64* __restrict__ offs, int* __restrict__ col_idx,
                                u8* __restrict__ vec_mask, i64* __restrict__ perm, i64 n_rows, i64 nnz,
                                int k_log2) {
-    __shared__ i64 span[2];
-    const i64 tile = (i64)blockIdx.x * BUILD_TILE;
-    tile_rows(indptr, n_rows, nnz, tile, span);
-    for (int it = 0; it < BUILD_ITEMS; ++it) {
-        const i64 e = tile + it * BUILD_THREADS + threadIdx.x;
-        if (e >= nnz) break;
-        const i64 row = row_of_nonzero(indptr, e, span[0], span[1]);
+    for_tile_nonzeros(indptr, n_rows, nnz, [&](i64 e, i64 row) {
         const i64 c = __ldg(indices + e);
         const i64 row0 = row & ~(i64)(WINDOW - 1);
         const int r = (int)(row - row0);
@@ -117,7 +113,7 @@ __global__ void place_nonzeros(const i64* __restrict__ indptr, const i64* __rest
         const i64 block_start = start + (((v - start) >> k_log2) << k_log2);
         const i64 width = min(end - block_start, (i64)1 << k_log2);
         perm[e] = WINDOW * block_start + r * width + (v - block_start);
-    }
+    });
 }
 
 // values_out[perm[i]] = values_in[i]: places values given in CSR order into the value slots.

@@ -11,7 +11,7 @@
 
 namespace fg::sddmm32 {
 
-constexpr int WARPS = 4;  // per block
+constexpr int WARPS = 4;  // per block (sddmm.py: WARPS_PER_BLOCK)
 constexpr int KC = 64;    // features of x staged per chunk
 
 template <bool VEC>

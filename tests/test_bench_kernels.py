@@ -36,7 +36,7 @@ def test_rows_formulas_and_check(tmp_path, data_dir):
     assert {(r["op"], r["impl"]) for r in rows if r["graph"] == GRAPH} == {
         ("build", "k8"), ("build", "k4"),
         ("spmm", "torch.sparse.mm fp32"), ("spmm", "fp16"), ("spmm", "bf16"), ("spmm", "tf32"), ("spmm", "fp32"),
-        ("sddmm", "sampled_addmm fp32"), ("sddmm", "fp16"), ("sddmm", "bf16"), ("sddmm", "tf32"),
+        ("sddmm", "sampled_addmm fp32"), ("sddmm", "fp16"), ("sddmm", "bf16"), ("sddmm", "tf32"), ("sddmm", "fp32"),
     }
     for r in rows:
         assert r["error"] == ""
@@ -48,7 +48,7 @@ def test_rows_formulas_and_check(tmp_path, data_dir):
         assert 0 <= float(r["rel_err"]) <= bound
     for op, base in kernel_bench.BASELINE.items():
         base_ms = float(_find(rows, op, base)["ms"])
-        for precision in ("fp16", "bf16", "tf32"):
+        for precision in ("fp16", "bf16", "tf32", "fp32"):
             r = _find(rows, op, precision)
             assert float(r["speedup"]) == pytest.approx(base_ms / float(r["ms"]))
     geo = _find(rows, "spmm", "fp16", graph="geomean real (1 graphs)")

@@ -9,7 +9,7 @@ import torch
 
 from .runtime import launch, ptr
 from .sources import register
-from .spmm import STORAGE, TAG
+from .spmm import STORAGE, TAG, dense_operands
 
 PRECISION_ID = {"fp16": 0, "bf16": 1}
 _RUNS = (4, 8)  # E: features per lane and gathered row (a warp covers 8 E feature columns)
@@ -41,9 +41,7 @@ def spmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, values: torch.Tens
     (read as float32); x [n_cols, N] of any float dtype, rounded to ``precision`` ("fp16" or
     "bf16"). Returns [n_rows, N] in ``out_dtype`` (float16, bfloat16 or float32)."""
     n = x.shape[1]
-    xs = x.to(STORAGE[precision]).contiguous()
-    vals = values.to(torch.float32).contiguous()
-    out = torch.empty(n_rows, n, dtype=out_dtype, device=x.device)
+    xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
     n_windows = row_ptr.numel() - 1

@@ -1,4 +1,5 @@
-"""Launchers of the tensor-core SDDMM (kernels/sddmm.cu)."""
+"""Launchers of the SDDMM kernels: tensor cores (kernels/sddmm.cu) for fp16, bf16 and tf32, CUDA
+cores (kernels/sddmm_fp32.cu) for the exact fp32 path."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +12,7 @@ from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
+SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")])
 
 
 SEG_VECTORS = 64  # segments.py: short segments suit the SDDMM at any size
@@ -19,20 +21,41 @@ SEG_VECTORS = 64  # segments.py: short segments suit the SDDMM at any size
 def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
     """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors], fp32; precision in
     {"fp16", "bf16", "tf32"}. x [n_rows, K], y [n_cols, K] of any float dtype."""
-    kdim = x.shape[1]
-    xs = x.to(STORAGE[precision]).contiguous()
-    ys = y.to(STORAGE[precision]).contiguous()
-    out = torch.empty(8 * col_idx.numel(), dtype=torch.float32, device=x.device)
-    if out.numel() == 0:
+    xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, STORAGE[precision])
+    if seg is None:
         return out
-    if kdim == 0:
-        return out.zero_()
-    seg = segments_for(row_ptr, SEG_VECTORS)
+    kdim = xs.shape[1]
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
-    blocks = (seg.n_segments + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
-    launch(SOURCE, _KERNEL[precision], x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+    launch(SOURCE, _KERNEL[precision], x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
            np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(x.shape[0]), np.int32(kdim),
            np.int32(k), np.int32(aligned), ptr(out), ptr(xs), ptr(ys),
            shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector
     return out
+
+
+def sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k: int) -> torch.Tensor:
+    """(x @ y^T) on A's pattern in fp32 on CUDA cores, in A's value layout [8 * n_vectors].
+    x [n_rows, K], y [n_cols, K] float16/bfloat16/float32 (widened to float32)."""
+    xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, torch.float32)
+    if seg is None:
+        return out
+    kdim = xs.shape[1]
+    vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
+    launch(SOURCE_FP32, f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>", x.device,
+           (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+           ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), np.int64(seg.n_segments),
+           np.int32(xs.shape[0]), np.int32(kdim), np.int32(k), ptr(xs), ptr(ys), ptr(out))
+    return out
+
+
+def _prepare(col_idx, row_ptr, x, y, dtype: torch.dtype):
+    """(xs, ys, out, segments): x and y as contiguous ``dtype`` (converted once when x is y),
+    the fp32 output [8 * n_vectors], and the segments; segments None when there is nothing to
+    launch (no vectors, or K = 0 with the output zeroed)."""
+    xs = x.to(dtype).contiguous()
+    ys = xs if y is x else y.to(dtype).contiguous()
+    out = torch.empty(8 * col_idx.numel(), dtype=torch.float32, device=x.device)
+    if out.numel() == 0 or xs.shape[1] == 0:
+        return xs, ys, out.zero_(), None
+    return xs, ys, out, segments_for(row_ptr, SEG_VECTORS)

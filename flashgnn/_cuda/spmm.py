@@ -44,9 +44,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first)."""
     n = x.shape[1]
-    xs = x.to(STORAGE[precision]).contiguous()
-    vals = values.to(torch.float32).contiguous()
-    out = torch.empty(n_rows, n, dtype=out_dtype, device=x.device)
+    xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
     seg = segments_for(row_ptr, shortest=64 if n <= CHUNK else 128)
@@ -64,6 +62,14 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
            shmem=segments_per_block * seg.seg_vectors * staged_bytes)
     reduce_split_windows(seg, workspace, n_rows, out)
     return out
+
+
+def dense_operands(x, values, n_rows: int, precision: str, out_dtype: torch.dtype):
+    """(x in the precision's storage type, values as float32, both contiguous; the empty output
+    [n_rows, N] in ``out_dtype``) for a tensor-core SpMM launch."""
+    xs = x.to(STORAGE[precision]).contiguous()
+    vals = values.to(torch.float32).contiguous()
+    return xs, vals, torch.empty(n_rows, x.shape[1], dtype=out_dtype, device=x.device)
 
 
 def split_workspace(seg, n: int, device: torch.device) -> torch.Tensor:

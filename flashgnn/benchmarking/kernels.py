@@ -41,7 +41,7 @@ from .timing import Timer
 
 OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
-DEFAULT_PRECISIONS = {"spmm": ("fp16", "bf16", "tf32", "fp32"), "sddmm": ("fp16", "bf16", "tf32")}
+DEFAULT_PRECISIONS = {"spmm": ("fp16", "bf16", "tf32", "fp32"), "sddmm": ("fp16", "bf16", "tf32", "fp32")}
 BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
 ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
@@ -57,7 +57,7 @@ def add_arguments(p) -> None:
                    help="comma list of graph names, or real, generated, all (default all)")
     p.add_argument("--ops", default=",".join(OPS), help="comma list of spmm, sddmm")
     p.add_argument("--precisions", default=None,
-                   help="comma list of fp16, bf16, tf32, fp32 (default: SpMM all four, SDDMM fp16, bf16, tf32)")
+                   help="comma list of fp16, bf16, tf32, fp32 (default all four)")
     p.add_argument("--sizes", default=None, help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)")
     p.add_argument("--quick", action="store_true",
                    help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}")

@@ -24,6 +24,22 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def kernel_operands(precision: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Dense operands as the CUDA kernels of ``precision`` read them: float32 CUDA tensors
+    converted to fp16/bf16 (one tensor passed twice is converted once), the rest unchanged. For
+    operands that several kernels read: each kernel would round them to the same values."""
+    dtype = _STORAGE.get(precision)
+    converted: dict[int, torch.Tensor] = {}
+    out = []
+    for t in tensors:
+        if dtype is not None and t.dtype == torch.float32 and t.is_cuda:
+            if id(t) not in converted:
+                converted[id(t)] = t.to(dtype)
+            t = converted[id(t)]
+        out.append(t)
+    return out
+
+
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
     """Round float32 to tf32 (10 mantissa bits), nearest with ties away from zero, as
     ``cvt.rna.tf32.f32`` does; inf and NaN pass through."""

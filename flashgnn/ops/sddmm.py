@@ -8,11 +8,10 @@ from torch import Tensor
 
 from ..format import MEBCRS
 from .._cuda import sddmm as cuda_sddmm
-from .._cuda import sddmm_fp32 as cuda_sddmm_fp32
 from ._autograd import op_entry
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
 from .blocked16 import sddmm16
-from .precision import check_precision, compute_dtype
+from .precision import check_precision, compute_dtype, kernel_operands
 from .reference import sddmm_reference
 
 
@@ -25,7 +24,7 @@ def _sddmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Ten
     if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
     if precision == "fp32":
-        return cuda_sddmm_fp32.sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k)
+        return cuda_sddmm.sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k)
     return cuda_sddmm.sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
 
@@ -49,14 +48,15 @@ def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
     t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
     grad_x = grad_y = None
+    xk, yk = kernel_operands(ctx.precision, x, y)  # AGNN passes one tensor as both
     if ctx.needs_input_grad[3]:
-        grad_x = spmm_call(row_ptr, col_idx, vec_mask, grad, y, x.shape[0], ctx.k, ctx.precision,
+        grad_x = spmm_call(row_ptr, col_idx, vec_mask, grad, yk, x.shape[0], ctx.k, ctx.precision,
                            x.dtype == torch.float32, *t).to(x.dtype)
     if ctx.needs_input_grad[4]:
         if t_row_ptr is None:
             raise RuntimeError("sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it")
         grad_t = transposed_values(grad, t_col_idx, t_perm, t_src)
-        grad_y = spmm_call(t_row_ptr, t_col_idx, t_vec_mask, grad_t, x, y.shape[0], ctx.k,
+        grad_y = spmm_call(t_row_ptr, t_col_idx, t_vec_mask, grad_t, xk, y.shape[0], ctx.k,
                            ctx.precision, y.dtype == torch.float32, row_ptr, col_idx, vec_mask, t_src,
                            t_perm).to(y.dtype)
     return (None, None, None, grad_x, grad_y) + (None,) * 7

@@ -12,7 +12,7 @@ from .._cuda import spmm_fp32 as cuda_spmm_fp32
 from ._autograd import op_entry
 from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
 from .blocked16 import spmm16
-from .precision import check_precision
+from .precision import check_precision, kernel_operands
 from .reference import spmm_reference
 
 
@@ -48,6 +48,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, values, x, *t = ctx.saved_tensors
     grad_values = grad_x = None
+    (grad,) = kernel_operands(ctx.precision, grad)  # converted once for both products below
     if ctx.needs_input_grad[3]:
         from .sddmm import sddmm_call
 
