@@ -8,8 +8,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..format import MEBCRS
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # values -> (version, source, A^T values)
-_SLOT_SOURCES: WeakIdKeyDictionary = WeakIdKeyDictionary()  # t_perm -> A's slot of every A^T slot
+_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # values -> (version, t_perm, A^T values)
 
 
 def pattern_args(a: MEBCRS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -26,28 +25,18 @@ def transpose_args(a: MEBCRS, needed: bool) -> tuple:
 
 
 def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> torch.Tensor:
-    """A^T's value layout filled from A's values for the ops, which read real slots only: one
-    gather, padding slots hold arbitrary values of A. With ``cache`` the result is kept for as
-    long as ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
-    source = _slot_source(t_perm, t_src, 8 * t_col_idx.numel())
-    if not cache:
-        return values[source]
-    hit = _TRANSPOSED.get(values)
-    if hit is None or hit[0] != values._version or hit[1] is not source:
-        hit = (values._version, source, values[source])
-        _TRANSPOSED[values] = hit
-    return hit[2]
-
-
-def _slot_source(t_perm, t_src, n_slots: int) -> torch.Tensor:
-    """For every slot of A^T's value layout, the slot of A it takes: t_src at the real slots
-    t_perm, slot 0 elsewhere (cached per t_perm)."""
-    source = _SLOT_SOURCES.get(t_perm)
-    if source is None:
-        source = torch.zeros(n_slots, dtype=torch.int64, device=t_perm.device)
-        source[t_perm] = t_src
-        _SLOT_SOURCES[t_perm] = source
-    return source
+    """A^T's value layout filled from A's values, for the ops, which read real slots only (the
+    padding slots are left unset). With ``cache`` the result is kept for as long as ``values``
+    lives unchanged (for constant values, such as GCN's normalised weights)."""
+    if cache:
+        hit = _TRANSPOSED.get(values)
+        if hit is not None and hit[0] == values._version and hit[1] is t_perm:
+            return hit[2]
+    out = values.new_empty(8 * t_col_idx.numel())
+    out[t_perm] = values[t_src]
+    if cache:
+        _TRANSPOSED[values] = (values._version, t_perm, out)
+    return out
 
 
 def check_dense(name: str, t: torch.Tensor, rows: int, device: torch.device) -> None:
