@@ -136,8 +136,29 @@ def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     return SlotCoords(slot[order], rows[present][order], cols[present][order])
 
 
+class WindowedFormat:
+    """Sizes common to the windowed formats (MEBCRS, and format16.Blocked16), from their
+    row_ptr, perm, values, n_rows and n_cols."""
+
+    @property
+    def nnz(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def n_windows(self) -> int:
+        return self.row_ptr.numel() - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+
 @dataclass
-class MEBCRS:
+class MEBCRS(WindowedFormat):
     """A sparse n_rows x n_cols matrix in ME-BCRS.
 
     row_ptr:  int64 [n_windows + 1], offset of each window's first vector.
@@ -159,14 +180,6 @@ class MEBCRS:
     _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
 
     @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
-    def n_windows(self) -> int:
-        return self.row_ptr.numel() - 1
-
-    @property
     def n_vectors(self) -> int:
         return self.col_idx.numel()
 
@@ -179,14 +192,6 @@ class MEBCRS:
     def vector(self) -> int:
         """Rows of a nonzero vector: 8 (the 16x1 baseline format says 16)."""
         return WINDOW
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
     # ------------------------------------------------------------------ building
     @classmethod

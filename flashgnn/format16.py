@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .format import SlotCoords, csr_inputs
+from .format import SlotCoords, WindowedFormat, csr_inputs
 
 ROWS = 16   # rows per window
 COLS = 8    # columns per block
@@ -29,7 +29,7 @@ BLOCK = ROWS * COLS
 
 
 @dataclass
-class Blocked16:
+class Blocked16(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the 16x1 blocked format (module docstring)."""
 
     row_ptr: torch.Tensor
@@ -42,14 +42,6 @@ class Blocked16:
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)
 
     vector = ROWS
-
-    @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
-    def n_windows(self) -> int:
-        return self.row_ptr.numel() - 1
 
     @property
     def n_blocks(self) -> int:
@@ -69,14 +61,6 @@ class Blocked16:
     def n_padding_columns(self) -> int:
         """Block columns that hold no nonzero: the zero padding of each window's last block."""
         return int((self.vec_mask == 0).sum())
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
     @classmethod
     def from_csr(cls, indptr, indices, values=None, n_cols: int | None = None, device=None) -> "Blocked16":
