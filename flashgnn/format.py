@@ -136,9 +136,18 @@ def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     return SlotCoords(slot[order], rows[present][order], cols[present][order])
 
 
+@dataclass
 class WindowedFormat:
-    """Sizes common to the windowed formats (MEBCRS, and format16.Blocked16), from their
-    row_ptr, perm, values, n_rows and n_cols."""
+    """The arrays and sizes common to the windowed formats (MEBCRS, format16.Blocked16); each
+    documents what its arrays hold."""
+
+    row_ptr: torch.Tensor
+    col_idx: torch.Tensor
+    values: torch.Tensor
+    perm: torch.Tensor
+    vec_mask: torch.Tensor
+    n_rows: int
+    n_cols: int
 
     @property
     def nnz(self) -> int:
@@ -169,13 +178,6 @@ class MEBCRS(WindowedFormat):
     vec_mask: uint8 [n_vectors], bit r set when row r of the vector's window is a real nonzero.
     """
 
-    row_ptr: torch.Tensor
-    col_idx: torch.Tensor
-    values: torch.Tensor
-    perm: torch.Tensor
-    vec_mask: torch.Tensor
-    n_rows: int
-    n_cols: int
     k: int
     _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
 

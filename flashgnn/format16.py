@@ -32,13 +32,6 @@ BLOCK = ROWS * COLS
 class Blocked16(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the 16x1 blocked format (module docstring)."""
 
-    row_ptr: torch.Tensor
-    col_idx: torch.Tensor
-    values: torch.Tensor
-    perm: torch.Tensor
-    vec_mask: torch.Tensor
-    n_rows: int
-    n_cols: int
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)
 
     vector = ROWS

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from .runtime import launch, ptr
+from .sddmm import sddmm_operands
 from .sources import register
 from .spmm import STORAGE, TAG, dense_operands
 
@@ -59,13 +60,9 @@ def sddmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.T
     0 on every slot that is not a nonzero. vec_mask int16 [8 * n_blocks]; x [n_rows, K],
     y [n_cols, K] of any float dtype, rounded to ``precision`` ("fp16" or "bf16")."""
     kdim = x.shape[1]
-    xs = x.to(STORAGE[precision]).contiguous()
-    ys = y.to(STORAGE[precision]).contiguous()
-    out = torch.empty(16 * col_idx.numel(), dtype=torch.float32, device=x.device)
-    if out.numel() == 0:
+    xs, ys, out, empty = sddmm_operands(x, y, STORAGE[precision], 16 * col_idx.numel())
+    if empty:
         return out
-    if kdim == 0:
-        return out.zero_()
     n_windows = row_ptr.numel() - 1
     launch(SOURCE, f"fg::b16::sddmm16<{PRECISION_ID[precision]}>", x.device, _grid(n_windows), (32 * _WARPS,),
            ptr(row_ptr), ptr(col_idx), ptr(vec_mask), np.int64(n_windows), np.int32(x.shape[0]), np.int32(kdim),

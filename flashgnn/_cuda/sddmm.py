@@ -49,13 +49,19 @@ def sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k: int) -> torch.Tensor:
     return out
 
 
-def _prepare(col_idx, row_ptr, x, y, dtype: torch.dtype):
-    """(xs, ys, out, segments): x and y as contiguous ``dtype`` (converted once when x is y),
-    the fp32 output [8 * n_vectors], and the segments; segments None when there is nothing to
-    launch (no vectors, or K = 0 with the output zeroed)."""
+def sddmm_operands(x, y, dtype: torch.dtype, n_slots: int):
+    """(xs, ys, out, empty): x and y as contiguous ``dtype`` (converted once when x is y), the
+    fp32 output [n_slots], and whether there is nothing to launch (no slots, or K = 0: the
+    output is then already zeroed)."""
     xs = x.to(dtype).contiguous()
     ys = xs if y is x else y.to(dtype).contiguous()
-    out = torch.empty(8 * col_idx.numel(), dtype=torch.float32, device=x.device)
-    if out.numel() == 0 or xs.shape[1] == 0:
-        return xs, ys, out.zero_(), None
-    return xs, ys, out, segments_for(row_ptr, SEG_VECTORS)
+    out = torch.empty(n_slots, dtype=torch.float32, device=x.device)
+    empty = n_slots == 0 or xs.shape[1] == 0
+    return xs, ys, out.zero_() if empty else out, empty
+
+
+def _prepare(col_idx, row_ptr, x, y, dtype: torch.dtype):
+    """sddmm_operands of an ME-BCRS matrix, and its segments (None when there is nothing to
+    launch)."""
+    xs, ys, out, empty = sddmm_operands(x, y, dtype, 8 * col_idx.numel())
+    return xs, ys, out, None if empty else segments_for(row_ptr, SEG_VECTORS)

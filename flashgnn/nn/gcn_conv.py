@@ -6,7 +6,7 @@ from torch import nn
 
 from ..graph import NORMS
 from ..ops import spmm
-from ..ops.precision import check_precision
+from ..ops.precision import check_precision, half_storage
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
 
@@ -80,8 +80,7 @@ def _autocast_operand(feat: torch.Tensor, precision: str) -> torch.Tensor:
     writes the aggregate in it, which the autocast matmul after it takes without a cast (the
     same rounding as casting an fp32 aggregate; two kernels and autograd nodes fewer)."""
     device = feat.device.type
-    if precision in ("fp16", "bf16") and torch.is_autocast_enabled(device):
-        dtype = torch.get_autocast_dtype(device)
-        if dtype == {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]:
-            return feat.to(dtype)
+    dtype = half_storage(precision)
+    if dtype is not None and torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == dtype:
+        return feat.to(dtype)
     return feat

@@ -24,15 +24,21 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def kernel_operands(precision: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+def half_storage(precision: str) -> torch.dtype | None:
+    """The 16-bit type fp16/bf16 operands are stored in; None for fp32 and tf32."""
+    return _STORAGE.get(precision)
+
+
+def kernel_operands(precision: str, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     """Dense operands as the CUDA kernels of ``precision`` read them: float32 CUDA tensors
-    converted to fp16/bf16 (one tensor passed twice is converted once), the rest unchanged. For
-    operands that several kernels read: each kernel would round them to the same values."""
+    converted to fp16/bf16 (one tensor passed twice is converted once), the rest (None
+    included) unchanged. For operands that several kernels read: each kernel would round them
+    to the same values."""
     dtype = _STORAGE.get(precision)
     converted: dict[int, torch.Tensor] = {}
     out = []
     for t in tensors:
-        if dtype is not None and t.dtype == torch.float32 and t.is_cuda:
+        if dtype is not None and t is not None and t.dtype == torch.float32 and t.is_cuda:
             if id(t) not in converted:
                 converted[id(t)] = t.to(dtype)
             t = converted[id(t)]

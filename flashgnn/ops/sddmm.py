@@ -48,11 +48,13 @@ def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
     t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
     grad_x = grad_y = None
-    xk, yk = kernel_operands(ctx.precision, x, y)  # AGNN passes one tensor as both
-    if ctx.needs_input_grad[3]:
+    need_x, need_y = ctx.needs_input_grad[3:5]
+    # dX reads y, dY reads x; AGNN passes one tensor as both, converted once
+    yk, xk = kernel_operands(ctx.precision, y if need_x else None, x if need_y else None)
+    if need_x:
         grad_x = spmm_call(row_ptr, col_idx, vec_mask, grad, yk, x.shape[0], ctx.k, ctx.precision,
                            x.dtype == torch.float32, *t).to(x.dtype)
-    if ctx.needs_input_grad[4]:
+    if need_y:
         if t_row_ptr is None:
             raise RuntimeError("sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it")
         grad_t = transposed_values(grad, t_col_idx, t_perm, t_src)
