@@ -19,10 +19,12 @@
 // of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too.
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
-// and spmm_reduce sums them in segment order: the result is deterministic, with no atomics.
-// (Summing in the last segment to finish, found with an atomic counter, saves that launch but
-// was 1.3x to 2.6x slower on an H200 on graphs with many split windows: the serial tail of a
-// hub window's sum outlasts the kernel.)
+// and the window's rows are the sum of its partials in segment order, so the result is
+// deterministic whoever sums. A window of at most fuse_max segments is summed in this kernel by
+// the warp that finishes its chunk last (an atomic counter per window and chunk, reset by that
+// warp for the next launch); longer (hub) windows by the spmm_reduce launch, as one warp
+// summing a hub's partials would outlast the kernel (1.3x to 2.6x slower on an H200 with every
+// split window summed in-kernel).
 #include "mma.cuh"
 
 namespace fg {
@@ -39,7 +41,12 @@ struct SpmmArgs {  // the kernel's parameters (cuda.core passes scalars and poin
     const i64* seg_first;    // first vector of each segment
     const int* seg_count;    // vectors in each segment
     const int* seg_part;     // workspace slot of the segment of a split window, or -1
+    const int* seg_split;    // index of the segment's window among the split windows, or -1
+    const int* split_part;   // workspace slot of each split window's first segment
+    const int* split_count;  // segments of each split window
     float* workspace;        // [n_parts, 8, N] fp32 partial sums
+    int* counters;           // [n_split, chunks] finished segments, all 0 between launches
+    int fuse_max;            // split windows of at most this many segments are summed here
     int n_segments;
     int seg_vectors;
     int warps_per_segment;   // 1, 2 or 4: the block's warps that share one segment
@@ -57,18 +64,23 @@ struct WarpWork {
     i64 first;     // first vector
     int count;     // vectors
     int part;      // workspace slot when the window is split, else -1
+    int split;     // index among the split windows, or -1
+    int parts;     // segments of the split window (0 when not split)
+    int chunk;     // feature chunk of this warp
     int f0;        // first feature of this lane
     bool computes; // false for a chunk past N (such a warp still helps stage)
 };
 
 #define SPMM_PARAMS                                                                                   \
     const int *col_idx, const float *values, const u8 *vec_mask, const int *seg_window, const i64 *seg_first, \
-        const int *seg_count, const int *seg_part, float *workspace, int n_segments, int seg_vectors,         \
-        int warps_per_segment, int n_rows, int n, int aligned
+        const int *seg_count, const int *seg_part, const int *seg_split, const int *split_part,               \
+        const int *split_count, float *workspace, int *counters, int fuse_max, int n_segments,                \
+        int seg_vectors, int warps_per_segment, int n_rows, int n, int aligned
 #define SPMM_ARGS                                                                                     \
     SpmmArgs {                                                                                        \
-        col_idx, values, vec_mask, seg_window, seg_first, seg_count, seg_part, workspace, n_segments,  \
-            seg_vectors, warps_per_segment, n_rows, n, aligned                                        \
+        col_idx, values, vec_mask, seg_window, seg_first, seg_count, seg_part, seg_split, split_part,  \
+            split_count, workspace, counters, fuse_max, n_segments, seg_vectors, warps_per_segment,    \
+            n_rows, n, aligned                                                                        \
     }
 
 __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
@@ -82,12 +94,15 @@ __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     const int chunk = (int)(blockIdx.x % groups) * a.warps_per_segment + warp % a.warps_per_segment;
     w.seg = seg < a.n_segments ? seg : -1;
     w.computes = w.seg >= 0 && chunk < chunks;
+    w.chunk = chunk;
     w.f0 = chunk * CHUNK + (threadIdx.x & 31) / 4 * LANE_FEATURES;
     if (w.seg >= 0) {
         w.window = a.seg_window[seg];
         w.first = a.seg_first[seg];
         w.count = a.seg_count[seg];
         w.part = a.seg_part[seg];
+        w.split = a.seg_split[seg];
+        w.parts = w.split >= 0 ? a.split_count[w.split] : 0;
     }
     return w;
 }
@@ -222,20 +237,60 @@ __device__ __forceinline__ void store_features(typename OutTag::T* dst, const fl
                                                         pack2((u16)from_float(v[2], OutTag()), (u16)from_float(v[3], OutTag())));
         }
     } else {
-        for (int e = 0; e < min(valid, LANE_FEATURES); ++e) dst[e] = from_float(v[e], OutTag());
+#pragma unroll
+        for (int e = 0; e < LANE_FEATURES; ++e) {
+            if (e < valid) dst[e] = from_float(v[e], OutTag());
+        }
     }
 }
 
+// Called by every lane of a warp that has written its partial sums of split window w.split
+// (at most fuse_max segments): the warp that finishes the window's chunk last sums the window's
+// partials in segment order, as spmm_reduce would, and writes the output rows. Only launched
+// with fuse_max > 0 when rows are 16-byte aligned and N % 8 == 0 (whole 4-feature groups).
+template <typename OutTag>
+__device__ __forceinline__ void sum_if_last(const SpmmArgs& a, const WarpWork& w, typename OutTag::T* out) {
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    int* counter = a.counters + (i64)w.split * ((a.n + CHUNK - 1) / CHUNK) + w.chunk;
+    __threadfence();  // this lane's partials are visible before the count says they are there
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) last = atomicAdd(counter, 1) == w.parts - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence();  // the other warps' partials, counted above, are read after the count
+    if (a.n - w.f0 > 0) {  // the launcher fuses only when rows are 16-byte aligned and N % 8 == 0
+        const float* src = a.workspace + ((i64)a.split_part[w.split] * WINDOW + 2 * t) * a.n + w.f0;
+        const i64 part_stride = (i64)WINDOW * a.n;
+        float4 sum[2] = {};
+#pragma unroll 4
+        for (int p = 0; p < w.parts; ++p, src += part_stride) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(src + h * a.n));
+                sum[h].x += v.x; sum[h].y += v.y; sum[h].z += v.z; sum[h].w += v.w;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 row = (i64)w.window * WINDOW + 2 * t + h;
+            const float v[LANE_FEATURES] = {sum[h].x, sum[h].y, sum[h].z, sum[h].w};
+            if (row < a.n_rows) store_features<OutTag>(out + row * a.n + w.f0, v, LANE_FEATURES, true);
+        }
+    }
+    if (lane == 0) *counter = 0;  // ready for the next launch (kernel boundaries order it)
+}
+
 // Writes rows 2t and 2t + 1 of the window (4 features each, from the 2 tiles of accumulators),
-// to the workspace when the window is split.
+// to the workspace when the window is split; the last segment of a short split window to
+// finish then sums the window. Called by every lane of the warp.
 template <typename OutTag>
 __device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork& w, const float (&acc)[2][4],
                                                typename OutTag::T* out) {
     const int t = threadIdx.x & 3;
     const int valid = a.n - w.f0;
-    if (valid <= 0) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+        if (valid <= 0) break;
         const float v[LANE_FEATURES] = {acc[0][h], acc[0][h + 2], acc[1][h], acc[1][h + 2]};
         const i64 row = (i64)w.window * WINDOW + 2 * t + h;
         if (w.part >= 0) {
@@ -244,6 +299,7 @@ __device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork
             store_features<OutTag>(out + row * a.n + w.f0, v, valid, a.aligned);
         }
     }
+    if (w.split >= 0 && w.parts <= a.fuse_max) sum_if_last<OutTag>(a, w, out);
 }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.

@@ -8,9 +8,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn.ops import spmm
-from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, bound, csr_rows, default_k,
-                                 dense, matrix, mebcrs, poisoned_allocations, real_matrix_names,
+from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, STORAGE, bound, csr_rows,
+                                 default_k, dense, matrix, mebcrs, poisoned_allocations, real_matrix_names,
                                  run_twice_poisoned)
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
@@ -134,3 +135,25 @@ def test_gradients_match_cpu_and_float64(precision):
     assert rel_err(dx_gpu, a64.T @ dy64) <= BOUND[precision]
     dv_ref = np.einsum("ij,ij->i", dy64[csr_rows(m)], x64[m.indices])
     assert rel_err(dv_gpu[perm], dv_ref) <= BOUND[precision]
+
+
+@pytest.mark.parametrize("precision,n", [("fp16", 32), ("bf16", 64), ("tf32", 128), ("fp16", 256), ("fp16", 33)])
+@pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:4])
+def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precision, n):
+    """Split windows summed in the SpMM kernel by the segment that finishes last (fuse_max_parts
+    large), by the spmm_reduce launch (0), or both in one call (2): the same bits, on repeated
+    calls too (the in-kernel counters are back at zero after each), every element written, and
+    within the precision's bound of float64. N = 33 is not fused (unaligned rows)."""
+    k = default_k(precision)
+    fmt = mebcrs(name, k, DEVICE)
+    x = dense(fmt.n_cols, n, name, "split").to(STORAGE[precision]).to(DEVICE)
+    ref = reference(name, x.cpu())
+    results = []
+    for fuse in (1 << 30, 0, 2, 1 << 30):
+        for y in run_twice_poisoned(lambda: cuda_spmm.spmm_tensor_core(
+                fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, fmt.n_rows, k, precision, torch.float32,
+                seg_vectors=64, fuse_max_parts=fuse), DEVICE):
+            assert not torch.isnan(y).any(), "an output element was not written"
+            results.append(y)
+    assert all(torch.equal(y, results[0]) for y in results)
+    assert rel_err(results[0], ref) <= BOUND[precision]

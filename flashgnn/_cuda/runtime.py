@@ -85,6 +85,12 @@ def _config(grid: tuple, block: tuple, shmem: int):
     return _import_cuda_core().LaunchConfig(grid=grid, block=block, shmem_size=shmem)
 
 
+def current_stream(device: torch.device) -> int:
+    """The raw handle of torch's current stream on ``device``."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
 def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, block: tuple, *args,
            shmem: int = 0) -> None:
     """Launch ``name`` from ``src`` on the current torch stream of ``device``.

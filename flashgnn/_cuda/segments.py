@@ -34,12 +34,15 @@ class Segments:
     first: torch.Tensor        # int64 [n_segments], first vector of the format (row_ptr[window] + begin)
     count: torch.Tensor        # int32 [n_segments], vectors in the segment
     part: torch.Tensor         # int32 [n_segments], workspace slot of a split window's segment, or -1
+    split: torch.Tensor        # int32 [n_segments], index of a split window's segment among split windows, or -1
     split_window: torch.Tensor  # int32 [n_split], windows cut into several segments
     split_part: torch.Tensor   # int32 [n_split], workspace slot of their first segment
     split_count: torch.Tensor  # int32 [n_split], their number of segments
     seg_vectors: int
     n_parts: int               # workspace slots: segments of split windows
     _pointers: dict = field(default_factory=dict, repr=False)
+    _longer: dict = field(default_factory=dict, repr=False)
+    _counters: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_segments(self) -> int:
@@ -57,6 +60,26 @@ class Segments:
             hit = self._pointers[names] = tuple(np.uint64(getattr(self, n).data_ptr()) for n in names)
         return hit
 
+    def split_longer_than(self, parts: int) -> tuple:
+        """(split_window, split_part, split_count) of the split windows of more than ``parts``
+        segments, cached per ``parts`` (a miss synchronises)."""
+        hit = self._longer.get(parts)
+        if hit is None:
+            keep = torch.nonzero(self.split_count > parts).flatten()
+            hit = self._longer[parts] = (self.split_window[keep], self.split_part[keep], self.split_count[keep])
+        return hit
+
+    def counters(self, chunks: int, stream: int) -> torch.Tensor:
+        """int32 zeros [n_split, chunks]: per split window and feature chunk, the segments a
+        kernel has finished. Kernels leave them at zero, so one tensor per (chunks, stream)
+        serves every launch; launches on one stream never overlap."""
+        key = (chunks, stream)
+        hit = self._counters.get(key)
+        if hit is None:
+            hit = self._counters[key] = torch.zeros(max(self.n_split * chunks, 1), dtype=torch.int32,
+                                                    device=self.window.device)
+        return hit
+
 
 _CACHE: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
@@ -72,11 +95,14 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
     split = count[window] > 1
     part = torch.where(split, torch.cumsum(split, 0) - 1, torch.full_like(window, -1))
     split_window = torch.nonzero(count > 1).flatten()
+    split_index = torch.cumsum(count > 1, 0) - 1
+    seg_split = torch.where(split, split_index[window], torch.full_like(window, -1))
     i32 = torch.int32
     split_count = count[split_window]
     first_vector = row_ptr[:-1][window] + begin
     length = torch.clamp(vectors[window] - begin, max=seg_vectors)
-    return Segments(window.to(i32), begin.to(i32), first_vector, length.to(i32), part.to(i32), split_window.to(i32),
+    return Segments(window.to(i32), begin.to(i32), first_vector, length.to(i32), part.to(i32), seg_split.to(i32),
+                    split_window.to(i32),
                     part[first[split_window]].to(i32), split_count.to(i32), seg_vectors,
                     int(split_count.sum()))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import launch, ptr
+from .runtime import current_stream, launch, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -15,6 +15,9 @@ TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32:
 
 WARPS_PER_BLOCK = 4
 CHUNK = 32  # feature columns per warp
+# Split windows of at most this many segments are summed inside the SpMM kernel (by the segment
+# that finishes last), longer ones by the spmm_reduce launch after it.
+FUSE_MAX_PARTS = 16
 
 
 def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
@@ -40,27 +43,34 @@ def warps_per_segment(n: int) -> int:
 
 
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
-                     out_dtype: torch.dtype) -> torch.Tensor:
+                     out_dtype: torch.dtype, *, seg_vectors: int | None = None,
+                     fuse_max_parts: int = FUSE_MAX_PARTS) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
-    x [n_cols, N] of any float dtype (rounded to the precision's storage type first)."""
+    x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
+    ``seg_vectors`` (a power of two, 64 to 256) and ``fuse_max_parts`` override the tuned work
+    split; the result is the same bits whatever they are."""
     n = x.shape[1]
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
-    seg = segments_for(row_ptr, shortest=64 if n <= CHUNK else 128)
+    seg = segments_for(row_ptr, seg_vectors, shortest=64 if n <= CHUNK else 128)
     workspace = split_workspace(seg, n, x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
+    fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
+    chunks = -(-n // CHUNK)
     per_segment = warps_per_segment(n)
     segments_per_block = WARPS_PER_BLOCK // per_segment
-    chunk_groups = -(-n // (CHUNK * per_segment))
+    chunk_groups = -(-chunks // per_segment)
     blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), ptr(vals), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"),
-           ptr(workspace), np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
+           ptr(col_idx), ptr(vals), ptr(vec_mask),
+           *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
+           ptr(workspace), ptr(seg.counters(chunks, current_stream(x.device))), np.int32(fuse_max),
+           np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
            np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
            shmem=segments_per_block * seg.seg_vectors * staged_bytes)
-    reduce_split_windows(seg, workspace, n_rows, out)
+    reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
 
 
@@ -78,13 +88,18 @@ def split_workspace(seg, n: int, device: torch.device) -> torch.Tensor:
     return torch.empty(max(seg.n_parts * 8 * n, 1), dtype=torch.float32, device=device)
 
 
-def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor) -> None:
-    """out's rows of the split windows = the sums of their segments' partial sums in
-    ``workspace`` (kernels/spmm.cu, spmm_reduce); nothing when no window is split."""
+def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor,
+                         longer_than: int = 0) -> None:
+    """out's rows of the split windows of more than ``longer_than`` segments = the sums of their
+    segments' partial sums in ``workspace`` (kernels/spmm.cu, spmm_reduce); nothing when there
+    are none."""
     if not seg.n_parts:
         return
+    windows, parts, counts = seg.split_longer_than(longer_than)
+    if not windows.numel():
+        return
     n = out.shape[1]
-    total = seg.n_split * 8 * n
+    total = windows.numel() * 8 * n
     launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, (min((total + 255) // 256, 1 << 16),),
-           (256,), ptr(workspace), *seg.pointers("split_window", "split_part", "split_count"),
-           np.int64(seg.n_split), np.int32(n_rows), np.int32(n), ptr(out))
+           (256,), ptr(workspace), ptr(windows), ptr(parts), ptr(counts),
+           np.int64(windows.numel()), np.int32(n_rows), np.int32(n), ptr(out))

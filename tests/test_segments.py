@@ -1,0 +1,66 @@
+"""Work segments (flashgnn/_cuda/segments.py) against a loop over the windows: built with torch
+on the CPU, the same code that runs on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flashgnn._cuda.segments import segments_for
+
+
+def expected(vectors_per_window: list[int], seg_vectors: int) -> dict[str, list]:
+    """Each window cut into runs of at most seg_vectors vectors (one run for an empty window)."""
+    out = {k: [] for k in ("window", "first", "count", "part", "split")}
+    split_windows, split_part, split_count = [], [], []
+    start, parts = 0, 0
+    for w, nv in enumerate(vectors_per_window):
+        runs = max(1, -(-nv // seg_vectors))
+        if runs > 1:
+            split_windows.append(w)
+            split_part.append(parts)
+            split_count.append(runs)
+        for r in range(runs):
+            out["window"].append(w)
+            out["first"].append(start + r * seg_vectors)
+            out["count"].append(min(seg_vectors, nv - r * seg_vectors) if nv else 0)
+            out["part"].append(parts + r if runs > 1 else -1)
+            out["split"].append(len(split_windows) - 1 if runs > 1 else -1)
+        parts += runs if runs > 1 else 0
+        start += nv
+    out.update(split_window=split_windows, split_part=split_part, split_count=split_count)
+    return out
+
+
+@pytest.mark.parametrize("seg_vectors", [64, 128])
+def test_segments_match_a_loop_over_windows(seg_vectors):
+    rng = np.random.default_rng(7)
+    vectors = [0, 5, seg_vectors, seg_vectors + 1, 0, 3 * seg_vectors, 20 * seg_vectors + 7, 1]
+    vectors += list(rng.integers(0, 4 * seg_vectors, 40))
+    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
+    seg = segments_for(row_ptr, seg_vectors)
+    want = expected(vectors, seg_vectors)
+    for name, values in want.items():
+        assert getattr(seg, name).tolist() == values, name
+    assert seg.n_parts == sum(want["split_count"])
+    assert seg.seg_vectors == seg_vectors
+
+
+def test_split_longer_than_keeps_the_long_windows_in_order():
+    vectors = [10, 64 * 3, 64 * 17, 0, 64 * 16 + 1, 64 * 2]
+    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
+    seg = segments_for(row_ptr, 64)
+    windows, parts, counts = seg.split_longer_than(16)
+    assert windows.tolist() == [2, 4] and counts.tolist() == [17, 17]
+    assert parts.tolist() == [3, 3 + 17]
+    assert seg.split_longer_than(0)[0].tolist() == [1, 2, 4, 5]
+    assert seg.split_longer_than(16) is seg.split_longer_than(16)
+
+
+def test_counters_start_at_zero_per_chunk_count_and_stream():
+    row_ptr = torch.tensor([0, 300, 310, 1000], dtype=torch.int64)
+    seg = segments_for(row_ptr, 64)
+    c = seg.counters(4, stream=7)
+    assert c.dtype == torch.int32 and c.numel() == seg.n_split * 4 and not c.any()
+    assert seg.counters(4, stream=7) is c
+    assert seg.counters(4, stream=8) is not c and seg.counters(2, stream=7).numel() == seg.n_split * 2
