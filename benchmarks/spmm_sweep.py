@@ -1,12 +1,12 @@
 """Tuning sweep of the tensor-core SpMM's work split on the GPU: segment length x in-kernel
 summing of split windows (``fuse_max_parts``, 0 = every split window summed by the separate
-spmm_reduce launch), against fp32 cuSPARSE, with the benchmark timer of ``flashgnn bench
+spmm_reduce launch) x features per lane, against fp32 cuSPARSE, with the benchmark timer of ``flashgnn bench
 kernels`` (median of CUDA-event times, cold L2). At one segment length every variant must return
 the same bits (fusing changes who sums, never the order of the sum); a mismatch is printed and
 makes the exit status 1. Also times an empty kernel: the floor of any one-launch op under this timer.
 
     python benchmarks/spmm_sweep.py --graphs citeseer,twitch_DE --sizes 32,128 \\
-        --precisions fp16,tf32 --seg 64,128 --fuse 0,16 [--csv out.csv]
+        --precisions fp16,tf32 --seg 64,128 --fuse 0,16 --features 4,8 [--csv out.csv]
 """
 import argparse
 import sys
@@ -33,6 +33,7 @@ def main() -> int:
     p.add_argument("--precisions", default="fp16,tf32")
     p.add_argument("--seg", default="0", help="segment lengths in vectors; 0 = the tuned default")
     p.add_argument("--fuse", default="0,16", help="fuse_max_parts values")
+    p.add_argument("--features", default="0", help="features per lane and vector (4, 8); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--csv", default=None)
     args = p.parse_args()
@@ -61,21 +62,21 @@ def main() -> int:
                 xs = x.to(STORAGE[precision])
                 for seg in ints(args.seg):
                     first = None  # another segment length sums in another order
-                    for fuse in ints(args.fuse):
+                    for fuse, features in [(f, lf) for f in ints(args.fuse) for lf in ints(args.features)]:
                         def call():
                             return spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows, k,
                                                     precision, xs.dtype, seg_vectors=seg or None,
-                                                    fuse_max_parts=fuse)
+                                                    fuse_max_parts=fuse, features=features or None)
                         m = timer(call)
                         same = first is None or torch.equal(m.result, first)
                         first = m.result if first is None else first
                         mismatches += not same
-                        row = [g.name, g.nnz, n, precision, seg or "default", fuse,
+                        row = [g.name, g.nnz, n, precision, seg or "default", fuse, features or "default",
                                f"{m.ms * 1e3:.1f}", f"{base * 1e3:.1f}", f"{base / m.ms:.2f}",
                                "" if same else "MISMATCH"]
                         rows.append(row)
                         print("  ".join(map(str, row)), flush=True)
-    header = ["graph", "nnz", "N", "precision", "seg", "fuse", "us", "cusparse us", "x", "bits"]
+    header = ["graph", "nnz", "N", "precision", "seg", "fuse", "features", "us", "cusparse us", "x", "bits"]
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(",".join(header) + "\n")
@@ -83,9 +84,9 @@ def main() -> int:
     # geomean of x per (N, precision, seg, fuse) over the graphs
     keys = {}
     for r in rows:
-        keys.setdefault(tuple(r[2:6]), []).append(float(r[8]))
+        keys.setdefault(tuple(r[2:7]), []).append(float(r[9]))
     summary = [[*map(str, k), str(len(v)), f"{table.geomean(v):.2f}"] for k, v in keys.items()]
-    print(table.text_table(["N", "precision", "seg", "fuse", "graphs", "geomean x"], summary))
+    print(table.text_table(["N", "precision", "seg", "fuse", "features", "graphs", "geomean x"], summary))
     print(f"empty kernel: {floor * 1e3:.1f} us; bit mismatches: {mismatches}")
     return 1 if mismatches else 0
 

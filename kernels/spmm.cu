@@ -29,8 +29,8 @@
 
 namespace fg {
 
-constexpr int CHUNK = 32;          // feature columns per warp: two 16-feature MMA tiles
-constexpr int LANE_FEATURES = 4;   // consecutive features per lane and vector
+// LF: consecutive features per lane and vector (4 or 8, a template parameter); a warp covers a
+// chunk of 8 * LF feature columns in LF / 2 MMA tiles of 16 features.
 constexpr int WARPS = 4;           // per block
 
 struct SpmmArgs {  // the kernel's parameters (cuda.core passes scalars and pointers only)
@@ -83,7 +83,9 @@ struct WarpWork {
             n_rows, n, aligned                                                                        \
     }
 
+template <int LF>
 __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
+    constexpr int CHUNK = 8 * LF;
     const int chunks = (a.n + CHUNK - 1) / CHUNK;
     const int per_block = WARPS / a.warps_per_segment;
     const int groups = (chunks + a.warps_per_segment - 1) / a.warps_per_segment;
@@ -95,7 +97,7 @@ __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     w.seg = seg < a.n_segments ? seg : -1;
     w.computes = w.seg >= 0 && chunk < chunks;
     w.chunk = chunk;
-    w.f0 = chunk * CHUNK + (threadIdx.x & 31) / 4 * LANE_FEATURES;
+    w.f0 = chunk * CHUNK + (threadIdx.x & 31) / 4 * LF;
     if (w.seg >= 0) {
         w.window = a.seg_window[seg];
         w.first = a.seg_first[seg];
@@ -149,13 +151,13 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
     }
 }
 
-// The gathered rows and sparse operands of one lane for a batch of VECTORS vectors (16 for
-// 16-bit types, 8 for fp32: 128 bytes of X per lane either way), and their MMAs.
+// The gathered rows and sparse operands of one lane for a batch of VECTORS vectors in STEPS
+// MMA steps (32 bytes of X per lane for 16-bit types, 64 for fp32, whatever LF), and their MMAs.
 // fp16 / bf16, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step of 8.
-template <int P>
+template <int P, int LF>
 struct Batch {
-    static constexpr int STEPS = 2, VECTORS = 8 * STEPS;
-    u32 xw[STEPS][2][2];
+    static constexpr int STEPS = 8 / LF, VECTORS = 8 * STEPS, TILES = LF / 2;
+    u32 xw[STEPS][2][TILES];
     u32 b[STEPS];
 
     __device__ __forceinline__ void load(const u16* x, const int* cols, const u32* vals, int j0, int count,
@@ -167,20 +169,21 @@ struct Batch {
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 if (j + q < count) {
-                    load_group<u16, LANE_FEATURES>(xw[s][q], x + (i64)cols[j + q] * n + w.f0, n - w.f0, aligned);
+                    load_group<u16, LF>(xw[s][q], x + (i64)cols[j + q] * n + w.f0, n - w.f0, aligned);
                 } else {
-                    xw[s][q][0] = xw[s][q][1] = 0;
+#pragma unroll
+                    for (int i = 0; i < TILES; ++i) xw[s][q][i] = 0;
                 }
             }
             b[s] = j < count ? vals[staged_word<u16>(j, g)] : 0;
         }
     }
 
-    __device__ __forceinline__ void mma(float (&acc)[2][4]) const {
+    __device__ __forceinline__ void mma(float (&acc)[TILES][4]) const {
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < TILES; ++i) {
                 mma_16x8x8<P>(acc[i], __byte_perm(xw[s][0][i], xw[s][1][i], 0x5410),
                               __byte_perm(xw[s][0][i], xw[s][1][i], 0x7632), b[s]);
             }
@@ -189,10 +192,10 @@ struct Batch {
 };
 
 // tf32, m16n8k4: lane (g, t) gathers vector t of each step of 4.
-template <>
-struct Batch<TF32> {
-    static constexpr int STEPS = 2, VECTORS = 4 * STEPS;
-    u32 xw[STEPS][LANE_FEATURES];
+template <int LF>
+struct Batch<TF32, LF> {
+    static constexpr int STEPS = 8 / LF, VECTORS = 4 * STEPS, TILES = LF / 2;
+    u32 xw[STEPS][LF];
     u32 b[STEPS];
 
     __device__ __forceinline__ void load(const float* x, const int* cols, const u32* vals, int j0, int count,
@@ -202,21 +205,21 @@ struct Batch<TF32> {
         for (int s = 0; s < STEPS; ++s) {
             const int j = j0 + 4 * s + t;
             if (j < count) {
-                load_group<float, LANE_FEATURES>(xw[s], x + (i64)cols[j] * n + w.f0, n - w.f0, aligned);
+                load_group<float, LF>(xw[s], x + (i64)cols[j] * n + w.f0, n - w.f0, aligned);
                 b[s] = vals[staged_word<u32>(j, g)];
             } else {
 #pragma unroll
-                for (int i = 0; i < LANE_FEATURES; ++i) xw[s][i] = 0;
+                for (int i = 0; i < LF; ++i) xw[s][i] = 0;
                 b[s] = 0;
             }
         }
     }
 
-    __device__ __forceinline__ void mma(float (&acc)[2][4]) const {
+    __device__ __forceinline__ void mma(float (&acc)[TILES][4]) const {
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < TILES; ++i) {
                 mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(xw[s][2 * i])),
                                 float_to_tf32(__uint_as_float(xw[s][2 * i + 1])), b[s]);
             }
@@ -224,21 +227,29 @@ struct Batch<TF32> {
     }
 };
 
-// Stores a lane's 4 consecutive features of one row; `vector`: dst is aligned for one 16-byte
-// (fp32) or 8-byte (16-bit) store.
-template <typename OutTag>
-__device__ __forceinline__ void store_features(typename OutTag::T* dst, const float (&v)[LANE_FEATURES], int valid,
-                                               bool vector) {
-    if (vector && valid >= LANE_FEATURES) {
-        if (sizeof(typename OutTag::T) == 4) {
-            *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+// Stores a lane's LF consecutive features of one row; `vector`: dst is aligned for 16-byte
+// (fp32) or 8 * LF / 4-byte (16-bit) stores.
+template <typename OutTag, int LF>
+__device__ __forceinline__ void store_features(typename OutTag::T* dst, const float (&v)[LF], int valid, bool vector) {
+    if (vector && valid >= LF) {
+        if constexpr (sizeof(typename OutTag::T) == 4) {
+#pragma unroll
+            for (int e = 0; e < LF; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
         } else {
-            *reinterpret_cast<uint2*>(dst) = make_uint2(pack2((u16)from_float(v[0], OutTag()), (u16)from_float(v[1], OutTag())),
-                                                        pack2((u16)from_float(v[2], OutTag()), (u16)from_float(v[3], OutTag())));
+            u32 w[LF / 2];
+#pragma unroll
+            for (int e = 0; e < LF / 2; ++e) {
+                w[e] = pack2((u16)from_float(v[2 * e], OutTag()), (u16)from_float(v[2 * e + 1], OutTag()));
+            }
+            if constexpr (LF == 4) {
+                *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+            } else {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < LANE_FEATURES; ++e) {
+        for (int e = 0; e < LF; ++e) {
             if (e < valid) dst[e] = from_float(v[e], OutTag());
         }
     }
@@ -247,71 +258,78 @@ __device__ __forceinline__ void store_features(typename OutTag::T* dst, const fl
 // Called by every lane of a warp that has written its partial sums of split window w.split
 // (at most fuse_max segments): the warp that finishes the window's chunk last sums the window's
 // partials in segment order, as spmm_reduce would, and writes the output rows. Only launched
-// with fuse_max > 0 when rows are 16-byte aligned and N % 8 == 0 (whole 4-feature groups).
-template <typename OutTag>
+// with fuse_max > 0 when rows are 16-byte aligned and N % 8 == 0 (whole groups of LF features).
+template <typename OutTag, int LF>
 __device__ __forceinline__ void sum_if_last(const SpmmArgs& a, const WarpWork& w, typename OutTag::T* out) {
     const int lane = threadIdx.x & 31, t = lane & 3;
-    int* counter = a.counters + (i64)w.split * ((a.n + CHUNK - 1) / CHUNK) + w.chunk;
+    int* counter = a.counters + (i64)w.split * ((a.n + 8 * LF - 1) / (8 * LF)) + w.chunk;
     __threadfence();  // this lane's partials are visible before the count says they are there
     __syncwarp();
     int last = 0;
     if (lane == 0) last = atomicAdd(counter, 1) == w.parts - 1;
     if (!__shfl_sync(0xffffffffu, last, 0)) return;
     __threadfence();  // the other warps' partials, counted above, are read after the count
-    if (a.n - w.f0 > 0) {  // the launcher fuses only when rows are 16-byte aligned and N % 8 == 0
+    if (a.n - w.f0 > 0) {
         const float* src = a.workspace + ((i64)a.split_part[w.split] * WINDOW + 2 * t) * a.n + w.f0;
         const i64 part_stride = (i64)WINDOW * a.n;
-        float4 sum[2] = {};
-#pragma unroll 4
+        float sum[2][LF] = {};
+#pragma unroll(16 / LF)
         for (int p = 0; p < w.parts; ++p, src += part_stride) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(src + h * a.n));
-                sum[h].x += v.x; sum[h].y += v.y; sum[h].z += v.z; sum[h].w += v.w;
+#pragma unroll
+                for (int e = 0; e < LF; e += 4) {
+                    const float4 v = __ldcg(reinterpret_cast<const float4*>(src + h * a.n + e));
+                    sum[h][e] += v.x; sum[h][e + 1] += v.y; sum[h][e + 2] += v.z; sum[h][e + 3] += v.w;
+                }
             }
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const i64 row = (i64)w.window * WINDOW + 2 * t + h;
-            const float v[LANE_FEATURES] = {sum[h].x, sum[h].y, sum[h].z, sum[h].w};
-            if (row < a.n_rows) store_features<OutTag>(out + row * a.n + w.f0, v, LANE_FEATURES, true);
+            if (row < a.n_rows) store_features<OutTag, LF>(out + row * a.n + w.f0, sum[h], LF, true);
         }
     }
     if (lane == 0) *counter = 0;  // ready for the next launch (kernel boundaries order it)
 }
 
-// Writes rows 2t and 2t + 1 of the window (4 features each, from the 2 tiles of accumulators),
+// Writes rows 2t and 2t + 1 of the window (LF features each: feature 2i and 2i + 1 of tile i),
 // to the workspace when the window is split; the last segment of a short split window to
 // finish then sums the window. Called by every lane of the warp.
-template <typename OutTag>
-__device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork& w, const float (&acc)[2][4],
+template <typename OutTag, int LF>
+__device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork& w, const float (&acc)[LF / 2][4],
                                                typename OutTag::T* out) {
     const int t = threadIdx.x & 3;
     const int valid = a.n - w.f0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         if (valid <= 0) break;
-        const float v[LANE_FEATURES] = {acc[0][h], acc[0][h + 2], acc[1][h], acc[1][h + 2]};
+        float v[LF];
+#pragma unroll
+        for (int i = 0; i < LF / 2; ++i) {
+            v[2 * i] = acc[i][h];
+            v[2 * i + 1] = acc[i][h + 2];
+        }
         const i64 row = (i64)w.window * WINDOW + 2 * t + h;
         if (w.part >= 0) {
-            store_features<Float>(a.workspace + ((i64)w.part * WINDOW + 2 * t + h) * a.n + w.f0, v, valid, a.aligned);
+            store_features<Float, LF>(a.workspace + ((i64)w.part * WINDOW + 2 * t + h) * a.n + w.f0, v, valid, a.aligned);
         } else if (row < a.n_rows) {
-            store_features<OutTag>(out + row * a.n + w.f0, v, valid, a.aligned);
+            store_features<OutTag, LF>(out + row * a.n + w.f0, v, valid, a.aligned);
         }
     }
-    if (w.split >= 0 && w.parts <= a.fuse_max) sum_if_last<OutTag>(a, w, out);
+    if (w.split >= 0 && w.parts <= a.fuse_max) sum_if_last<OutTag, LF>(a, w, out);
 }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
 // 8 * seg_vectors values each).
-template <int P, int K, typename OutTag>
+template <int P, int K, typename OutTag, int LF>
 __global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
                                                          typename OutTag::T* __restrict__ out) {
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
-    const WarpWork w = locate_work(a);
+    const WarpWork w = locate_work<LF>(a);
     const int per_block = WARPS / a.warps_per_segment;
     int* cols = smem + w.slot * a.seg_vectors;
     V* vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors) + w.slot * WINDOW * a.seg_vectors;
@@ -319,9 +337,9 @@ __global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const type
     __syncthreads();
     if (!w.computes) return;
     const u32* words = reinterpret_cast<const u32*>(vals);
-    float acc[2][4] = {};
-    constexpr int VECTORS = Batch<P>::VECTORS;
-    Batch<P> even, odd;
+    float acc[LF / 2][4] = {};
+    constexpr int VECTORS = Batch<P, LF>::VECTORS;
+    Batch<P, LF> even, odd;
     even.load(x, cols, words, 0, w.count, w, a.n, a.aligned);
     for (int j0 = 0; j0 < w.count; j0 += 2 * VECTORS) {
         odd.load(x, cols, words, j0 + VECTORS, w.count, w, a.n, a.aligned);
@@ -329,7 +347,7 @@ __global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const type
         even.load(x, cols, words, j0 + 2 * VECTORS, w.count, w, a.n, a.aligned);
         odd.mma(acc);
     }
-    finish_segment<OutTag>(a, w, acc, out);
+    finish_segment<OutTag, LF>(a, w, acc, out);
 }
 
 // out[8w + r, f] = sum over the segments of split window w of their partial sums, in order.

@@ -5,7 +5,9 @@ compute-sanitizer (a script, not a pytest module):
     compute-sanitizer --tool racecheck python tests/gpu_sanitizer_case.py
     compute-sanitizer --tool initcheck python tests/gpu_sanitizer_case.py
 
-The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700 nonzeros, so split windows and the reduction run too.
+The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
+nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
+both in one call, with 4 and 8 features per lane.
 """
 import os
 import sys
@@ -16,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flashgnn import MEBCRS, ops  # noqa: E402
+from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 
 
 def main() -> None:
@@ -34,6 +37,12 @@ def main() -> None:
                 ops.spmm(fmt, x, precision, values=v).sum().backward()
                 s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), precision)
                 ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
+            if precision == "fp32":
+                continue
+            for n, features, fuse in [(64, 4, 0), (64, 8, 2), (160, 8, 64), (32, 4, 64)]:
+                x = torch.randn(900, n, device="cuda")
+                spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, precision,
+                                 torch.float32, seg_vectors=64, fuse_max_parts=fuse, features=features)
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):
         ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")

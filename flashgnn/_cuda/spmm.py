@@ -14,19 +14,22 @@ _PRECISION_ID = {"fp16": 0, "bf16": 1, "tf32": 2}
 TAG = {torch.float16: "fg::Half", torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}
 
 WARPS_PER_BLOCK = 4
-CHUNK = 32  # feature columns per warp
 # Split windows of at most this many segments are summed inside the SpMM kernel (by the segment
 # that finishes last), longer ones by the spmm_reduce launch after it.
-FUSE_MAX_PARTS = 16
+FUSE_MAX_PARTS = 64
+# Graphs of at least this many vectors gather 8 features per lane (16-byte loads for fp16/bf16)
+# when N > 32; smaller graphs keep 4, which gives twice the warps to fill the GPU. From an H100
+# sweep (benchmarks/spmm_sweep.py) over the 33 shared graphs and the generated ones.
+WIDE_LANES_MIN_VECTORS = 100_000
 
 
-def _kernel_name(precision: str, k: int, out_dtype: torch.dtype) -> str:
-    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}>"
+def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int) -> str:
+    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}>"
 
 
 SOURCE = register(
     "spmm.cu",
-    [_kernel_name(p, k, d) for p in STORAGE for k in (8, 4) for d in TAG]
+    [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (4, 8)]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -35,35 +38,41 @@ def _aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def warps_per_segment(n: int) -> int:
-    """Warps of a block that share one staged segment: one per 32-feature chunk, up to the
+def lane_features(n: int, n_vectors: int) -> int:
+    """Consecutive features a lane gathers per vector (a warp covers 8 times as many)."""
+    return 8 if n > 32 and n_vectors >= WIDE_LANES_MIN_VECTORS else 4
+
+
+def warps_per_segment(chunks: int) -> int:
+    """Warps of a block that share one staged segment: one per feature chunk, up to the
     block's 4 (a power of two)."""
-    chunks = (n + CHUNK - 1) // CHUNK
     return 1 if chunks == 1 else 2 if chunks == 2 else WARPS_PER_BLOCK
 
 
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype, *, seg_vectors: int | None = None,
-                     fuse_max_parts: int = FUSE_MAX_PARTS) -> torch.Tensor:
+                     fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
-    ``seg_vectors`` (a power of two, 64 to 256) and ``fuse_max_parts`` override the tuned work
-    split; the result is the same bits whatever they are."""
+    ``seg_vectors`` (a power of two, 64 to 256), ``fuse_max_parts`` and ``features`` (per lane, 4
+    or 8) override the tuned work split; at one ``seg_vectors`` the result is the same bits
+    whatever the others are."""
     n = x.shape[1]
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
-    seg = segments_for(row_ptr, seg_vectors, shortest=64 if n <= CHUNK else 128)
+    features = features or lane_features(n, col_idx.numel())
+    seg = segments_for(row_ptr, seg_vectors, shortest=64 if n <= 32 else 128)
     workspace = split_workspace(seg, n, x.device)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
-    chunks = -(-n // CHUNK)
-    per_segment = warps_per_segment(n)
+    chunks = -(-n // (8 * features))
+    per_segment = warps_per_segment(chunks)
     segments_per_block = WARPS_PER_BLOCK // per_segment
     chunk_groups = -(-chunks // per_segment)
     blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
-    launch(SOURCE, _kernel_name(precision, k, out_dtype), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+    launch(SOURCE, _kernel_name(precision, k, out_dtype, features), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, current_stream(x.device))), np.int32(fuse_max),

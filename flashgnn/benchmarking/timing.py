@@ -17,7 +17,10 @@ from typing import Any, Callable
 
 import torch
 
-_SLEEP_CYCLES = 400_000  # about 0.2 ms at H100/H200 clocks, longer than the host needs per call
+# About 1 ms at H100/H200 clocks, longer than the host needs per call: with 0.2 ms, host stalls
+# in the launch path sometimes started the timed kernels late (medians of 100-300 us on graphs
+# that take 15-40 us, H100 2026-11-23).
+_SLEEP_CYCLES = 2_000_000
 _FALLBACK_L2_BYTES = 64 << 20
 
 
