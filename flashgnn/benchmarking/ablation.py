@@ -30,7 +30,7 @@ from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .kernels import (ERROR_BOUND, QUICK_SCALE, STORAGE, _describe, _rel_err, _sddmm_check, add_run_arguments,
                       environment)
 from .mma_cost import padding_fraction, sddmm_cost, spmm_cost
-from .timing import Timer
+from .timing import KERNEL_HEAD_START, Timer
 
 PLAN = (("spmm", 32), ("spmm", 128), ("sddmm", 32))
 VECTORS = (8, 16)
@@ -200,7 +200,7 @@ def run(args) -> int:
     names = resolve_names(args.graphs, root)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     iters = args.iters if args.iters is not None else (10 if args.quick else 30)
-    timer = Timer(device, warmup, iters)
+    timer = Timer(device, warmup, iters, KERNEL_HEAD_START)
     rows: list[AblationRow] = []
     for name in names:
         try:

@@ -37,7 +37,7 @@ from ..ops import PRECISIONS, sddmm, spmm
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
 from .table import Row
-from .timing import Timer
+from .timing import KERNEL_HEAD_START, Timer
 
 OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
@@ -375,7 +375,7 @@ def run(args) -> int:
     names = resolve_names(args.graphs, root)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     iters = args.iters if args.iters is not None else (10 if args.quick else 30)
-    timer = Timer(device, warmup, iters)
+    timer = Timer(device, warmup, iters, KERNEL_HEAD_START)
     bench = KernelBench(device, timer, plan, args.check, args.seed)
     scale = QUICK_SCALE if args.quick else 1
     real, generated = set(), []

@@ -17,10 +17,13 @@ from typing import Any, Callable
 
 import torch
 
-# About 1 ms at H100/H200 clocks, longer than the host needs per call: with 0.2 ms, host stalls
-# in the launch path sometimes started the timed kernels late (medians of 100-300 us on graphs
-# that take 15-40 us, H100 2026-11-23).
-_SLEEP_CYCLES = 2_000_000
+# GPU sleep ahead of each timed call, in clock cycles. KERNEL_HEAD_START (about 1 ms at H100/H200
+# clocks) outlasts the host's launch path of one op, so the events see GPU time only: with
+# 0.2 ms, host stalls sometimes started the timed kernels late (medians of 100-300 us on graphs
+# that take 15-40 us, H100 2026-11-23). The layer and training benchmarks keep 0.2 ms, which
+# hides part of a layer's host time only; their figures since session 1 use it.
+KERNEL_HEAD_START = 2_000_000
+LAYER_HEAD_START = 400_000
 _FALLBACK_L2_BYTES = 64 << 20
 
 
@@ -37,14 +40,16 @@ class Measurement:
 
 
 class Timer:
-    """``Timer(device, warmup, iters)(fn)`` -> Measurement of ``fn()``. ``peak_bytes`` is the
-    peak device memory allocated over the timer's life (None on the CPU)."""
+    """``Timer(device, warmup, iters, head_start)(fn)`` -> Measurement of ``fn()``; head_start:
+    GPU sleep cycles before each call. ``peak_bytes`` is the peak device memory allocated over
+    the timer's life (None on the CPU)."""
 
-    def __init__(self, device: torch.device, warmup: int = 5, iters: int = 30):
+    def __init__(self, device: torch.device, warmup: int = 5, iters: int = 30,
+                 head_start: int = LAYER_HEAD_START):
         if warmup < 0 or iters < 1:
             raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup} and {iters}")
         self.device = torch.device(device)
-        self.warmup, self.iters = warmup, iters
+        self.warmup, self.iters, self.head_start = warmup, iters, head_start
         self._scratch = None
         self._peak = 0
         if self.device.type == "cuda":
@@ -87,7 +92,7 @@ class Timer:
         result = None
         for start, end in events:
             torch.amax(self._scratch)
-            torch.cuda._sleep(_SLEEP_CYCLES)
+            torch.cuda._sleep(self.head_start)
             result = None  # free the previous output before the next call allocates its own
             start.record()
             result = fn()
