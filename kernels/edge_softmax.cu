@@ -1,7 +1,9 @@
 // Edge softmax over ME-BCRS values, forward and backward, fp32.
 //
 // Forward: out = exp(s - max_row) / sum_row exp(s - max_row) over each row's real nonzeros
-// (vec_mask bit set); padding slots get exactly 0. Backward: d = p * (g - sum_row p * g).
+// (vec_mask bit set), s = scale * score with scale read from the device (AGNN's beta; 1 when
+// the pointer is null), rounded before the subtraction as the separate product would be;
+// padding slots get exactly 0. Backward: d = p * (g - sum_row p * g).
 //
 // The value slots of one window are contiguous, so a warp sweeps a window's slots in order
 // (coalesced) and decodes each slot's row from the layout: a full block is 8 x k row-major,
@@ -99,11 +101,11 @@ __device__ __forceinline__ void warp_max(float (&a)[WINDOW]) {
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 
-// Forward. a: scores; b: unused.
+// Forward. a: scores; b: unused; sc: the scale of the scores.
 struct Forward {
     static constexpr int STATS = 2;  // row max, row sum of exp(s - max)
 
-    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float*,
+    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float*, float sc,
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) {
@@ -113,13 +115,13 @@ struct Forward {
 #pragma unroll 4
         for (int q = lane_id(); q < run.n_slots; q += 32) {
             const int r = run.row(q);
-            if (r >= 0) row_max(st[0], r, a[q]);
+            if (r >= 0) row_max(st[0], r, __fmul_rn(a[q], sc));
         }
         warp_max(st[0]);
 #pragma unroll 4
         for (int q = lane_id(); q < run.n_slots; q += 32) {
             const int r = run.row(q);
-            if (r >= 0) row_add(st[1], r, expf(a[q] - row_get(st[0], r)));
+            if (r >= 0) row_add(st[1], r, expf(__fmul_rn(a[q], sc) - row_get(st[0], r)));
         }
         warp_sum(st[1]);
     }
@@ -147,21 +149,21 @@ struct Forward {
         warp_sum(st[1]);
     }
 
-    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float*,
+    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float*, float sc,
                                                  const float (&st)[STATS][WINDOW], float* out) {
 #pragma unroll 4
         for (int q = lane_id(); q < run.n_slots; q += 32) {
             const int r = run.row(q);
-            out[q] = r >= 0 ? expf(a[q] - row_get(st[0], r)) / row_get(st[1], r) : 0.f;
+            out[q] = r >= 0 ? expf(__fmul_rn(a[q], sc) - row_get(st[0], r)) / row_get(st[1], r) : 0.f;
         }
     }
 };
 
-// Backward. a: the forward's output p; b: the output gradient g.
+// Backward. a: the forward's output p; b: the output gradient g; the scale is not used.
 struct Backward {
     static constexpr int STATS = 1;  // row sum of p * g
 
-    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float* b,
+    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float* b, float,
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[0][i] = 0.f;
@@ -183,7 +185,7 @@ struct Backward {
         warp_sum(st[0]);
     }
 
-    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float* b,
+    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float* b, float,
                                                  const float (&st)[STATS][WINDOW], float* out) {
 #pragma unroll 4
         for (int q = lane_id(); q < run.n_slots; q += 32) {
@@ -208,7 +210,8 @@ __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; 
 template <class Op>
 __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
                                       const float* __restrict__ a, const float* __restrict__ b,
-                                      float* __restrict__ out, const int* __restrict__ seg_window,
+                                      const float* __restrict__ scale, float* __restrict__ out,
+                                      const int* __restrict__ seg_window,
                                       const int* __restrict__ seg_begin, const int* __restrict__ seg_part,
                                       i64 n_segments, int seg_vectors, int k_log2,
                                       float* __restrict__ part_stats) {
@@ -217,9 +220,10 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
     const SlotRun run = slot_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
+    const float sc = scale ? __ldg(scale) : 1.f;
     float st[Op::STATS][WINDOW];
-    Op::stats(run, a + off, b + off, st);
-    if (s.part < 0) Op::write(run, a + off, b + off, st, out + off);
+    Op::stats(run, a + off, b + off, sc, st);
+    if (s.part < 0) Op::write(run, a + off, b + off, sc, st, out + off);
     else store_stats<Op::STATS>(st, part_stats + (i64)s.part * Op::STATS * WINDOW);
 }
 
@@ -237,7 +241,8 @@ __global__ void edge_softmax_combine(const float* __restrict__ part_stats, const
 template <class Op>
 __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
                                     const float* __restrict__ a, const float* __restrict__ b,
-                                    float* __restrict__ out, const int* __restrict__ split_window,
+                                    const float* __restrict__ scale, float* __restrict__ out,
+                                    const int* __restrict__ split_window,
                                     const int* __restrict__ split_part, i64 n_split, i64 n_parts, int seg_vectors,
                                     int k_log2, const float* __restrict__ window_stats) {
     const i64 part = global_warp();
@@ -260,7 +265,7 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[t][i] = src[t * WINDOW + i];
     }
-    Op::write(run, a + off, b + off, st, out + off);
+    Op::write(run, a + off, b + off, scale ? __ldg(scale) : 1.f, st, out + off);
 }
 
 }  // namespace fg::softmax

@@ -43,7 +43,7 @@ def _check(row_ptr, vec_mask, k, named):
             raise ValueError(f"{name} is on {t.device}; every input must be on one CUDA device")
 
 
-def _run(op: str, row_ptr, vec_mask, a, b, k: int, out) -> torch.Tensor:
+def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Tensor:
     tag, n_stats = _OPS[op]
     device = a.device
     a = a.to(torch.float32).contiguous()
@@ -58,8 +58,9 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out) -> torch.Tensor:
         return out
     part_stats = torch.empty(max(seg.n_parts, 1) * n_stats * 8, dtype=torch.float32, device=device)
     k_log2 = np.int32(k.bit_length() - 1)
+    scale = np.uint64(0) if scale is None else ptr(scale)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
-           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), *seg.pointers("window", "begin", "part"),
+           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("window", "begin", "part"),
            np.int64(seg.n_segments), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
     if seg.n_parts:
         n_split = seg.n_split
@@ -67,21 +68,25 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out) -> torch.Tensor:
         launch(SOURCE, f"fg::softmax::edge_softmax_combine<{tag}>", device, _blocks(n_split), (32 * _WARPS,),
                ptr(part_stats), *seg.pointers("split_part", "split_count"), np.int64(n_split), ptr(window_stats))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
-               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), ptr(out), *seg.pointers("split_window", "split_part"),
+               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("split_window", "split_part"),
                np.int64(n_split), np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(window_stats))
     return out
 
 
 def edge_softmax_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, scores: torch.Tensor, k: int,
-                      out: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax of ``scores`` over each row's real nonzeros, on the GPU.
+                      out: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax of ``scale * scores`` over each row's real nonzeros, on the GPU.
 
     row_ptr int64 [n_windows + 1], vec_mask uint8 [n_vectors]: the pattern; scores float16,
-    bfloat16 or float32 [8 * n_vectors] in the value layout of block width ``k``. Returns
-    float32 [8 * n_vectors] (written into ``out`` when given); padding slots are 0.
+    bfloat16 or float32 [8 * n_vectors] in the value layout of block width ``k``; scale a
+    float32 [1] tensor on the same device (read by the kernel: no synchronisation), or None
+    for 1. Returns float32 [8 * n_vectors] (written into ``out`` when given); padding slots are 0.
     """
     _check(row_ptr, vec_mask, k, {"scores": scores})
-    return _run("forward", row_ptr, vec_mask, scores, None, k, out)
+    if scale is not None and (scale.shape != (1,) or scale.dtype != torch.float32 or scale.device != scores.device):
+        raise ValueError(f"scale must be a float32 tensor of shape (1,) on {scores.device}, "
+                         f"got {scale.dtype} {tuple(scale.shape)} on {scale.device}")
+    return _run("forward", row_ptr, vec_mask, scores, None, k, out, scale)
 
 
 def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, probs: torch.Tensor,

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..ops import edge_softmax, sddmm, spmm
+from ..ops import agnn_propagate
 from ..ops.precision import check_precision
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input
@@ -17,7 +16,7 @@ class AGNNConv(nn.Module):
 
     The cosine is exact: features are L2-normalised (``F.normalize``, eps 1e-12, as DGL and
     PyG do) and their dot products taken by SDDMM on the graph's pattern; edge softmax and
-    SpMM follow. ``beta`` is a learnable [1] parameter (a buffer when ``learn_beta=False``).
+    SpMM follow (``flashgnn.ops.agnn_propagate``, one autograd node). ``beta`` is a learnable [1] parameter (a buffer when ``learn_beta=False``).
     Shapes: feat [N, F] -> [N, F]. DGL's constructor and forward, plus ``precision``;
     the graph's edge weights are not used (attention defines the edge values).
     """
@@ -37,11 +36,7 @@ class AGNNConv(nn.Module):
         """graph: flashgnn.Graph or DGL graph; feat [N, F]; returns [N, F]."""
         graph = check_graph_input(graph, feat, None, self.allow_zero_in_degree, "AGNNConv")
         precision = resolve_precision(self.precision)
-        adj = graph.adj(block_width(precision))
-        unit = F.normalize(feat, p=2.0, dim=-1)
-        cos = sddmm(adj, unit, unit, precision)
-        prob = edge_softmax(adj, self.beta * cos)
-        return spmm(adj, feat, precision, values=prob)
+        return agnn_propagate(graph.adj(block_width(precision)), feat, self.beta, precision)
 
     def extra_repr(self) -> str:
         return f"learn_beta={isinstance(self.beta, nn.Parameter)}, precision={self.precision!r}"
