@@ -15,9 +15,10 @@
 // hub window is spread over many warps:
 //   edge_softmax_segments  a window held by one segment: statistics and output in one warp;
 //                          a split window's segment: its partial statistics to part_stats.
-//   edge_softmax_combine   one warp per split window: its row statistics from its segments',
-//                          in segment order (deterministic).
-//   edge_softmax_finish    one warp per segment of a split window: the output.
+//   edge_softmax_finish    one warp per segment of a split window: the window's row statistics
+//                          from its segments' (each warp combines them in segment order, so
+//                          all get the same bits: re-reading a few kilobytes per warp costs
+//                          less than a launch in between), then the output.
 // Statistics per row: forward (max, sum of exp(s - max)); backward sum of p * g. Partial
 // forward sums are rescaled when combined: Z = sum_p z_p exp(m_p - M).
 #include "common.cuh"
@@ -228,23 +229,13 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
 }
 
 template <class Op>
-__global__ void edge_softmax_combine(const float* __restrict__ part_stats, const int* __restrict__ split_part,
-                                     const int* __restrict__ split_count, i64 n_split,
-                                     float* __restrict__ window_stats) {
-    const i64 w = global_warp();
-    if (w >= n_split) return;
-    float st[Op::STATS][WINDOW];
-    Op::combine(part_stats + (i64)split_part[w] * Op::STATS * WINDOW, split_count[w], st);
-    store_stats<Op::STATS>(st, window_stats + w * Op::STATS * WINDOW);
-}
-
-template <class Op>
 __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
                                     const float* __restrict__ a, const float* __restrict__ b,
                                     const float* __restrict__ scale, float* __restrict__ out,
                                     const int* __restrict__ split_window,
-                                    const int* __restrict__ split_part, i64 n_split, i64 n_parts, int seg_vectors,
-                                    int k_log2, const float* __restrict__ window_stats) {
+                                    const int* __restrict__ split_part, const int* __restrict__ split_count,
+                                    i64 n_split, i64 n_parts, int seg_vectors, int k_log2,
+                                    const float* __restrict__ part_stats) {
     const i64 part = global_warp();
     if (part >= n_parts) return;
     // the split window holding this part: the last w with split_part[w] <= part
@@ -258,13 +249,9 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     const WindowSegment s = window_segment_at(row_ptr, split_window[lo], begin, (int)part, seg_vectors);
     const SlotRun run = slot_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
+    // every warp of the window combines its segments' statistics in the same order: equal bits
     float st[Op::STATS][WINDOW];
-    const float* src = window_stats + lo * Op::STATS * WINDOW;
-#pragma unroll
-    for (int t = 0; t < Op::STATS; ++t) {
-#pragma unroll
-        for (int i = 0; i < WINDOW; ++i) st[t][i] = src[t * WINDOW + i];
-    }
+    Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);
     Op::write(run, a + off, b + off, scale ? __ldg(scale) : 1.f, st, out + off);
 }
 

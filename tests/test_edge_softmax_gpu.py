@@ -65,6 +65,20 @@ def test_forward_and_backward_match_reference(case, k, rng):
     assert_matches(d, reference_backward(f, probs, grad), real, atol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["hub_1003x20011", "square_61x61", "all_empty_10x5"])
+def test_scale_read_on_the_device_equals_scaling_first(case, rng):
+    """softmax(scale * s) with the scale applied in the kernel gives the bits of the kernel on
+    the product computed by torch first (split hub windows included)."""
+    f = gpu_format(CASES[case](rng), 8)
+    scores = torch.randn(8 * f.n_vectors, device="cuda")
+    for beta in (0.37, -2.5, 0.0):
+        scale = torch.tensor([beta], device="cuda")
+        scaled = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scores, 8, scale=scale)
+        assert torch.equal(scaled, cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scale * scores, 8))
+    with pytest.raises(ValueError, match="scale must be a float32 tensor"):
+        cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scores, 8, scale=scale.double())
+
+
 def test_hub_window_is_split_and_deterministic(rng):
     f = gpu_format(CASES["hub_1003x20011"](rng), 8)
     assert int(torch.diff(f.row_ptr).max()) > 256, "no window is long enough to be split over warps"

@@ -14,7 +14,7 @@ from .segments import segments_for
 from .sources import register
 
 _OPS = {"forward": ("fg::softmax::Forward", 2), "backward": ("fg::softmax::Backward", 1)}  # tag, STATS
-_STAGES = ("edge_softmax_segments", "edge_softmax_combine", "edge_softmax_finish")
+_STAGES = ("edge_softmax_segments", "edge_softmax_finish")
 SOURCE = register("edge_softmax.cu",
                   [f"fg::softmax::{stage}<{tag}>" for stage in _STAGES for tag, _ in _OPS.values()])
 _WARPS = 8  # warps per block, one window segment (or split window) each
@@ -56,20 +56,18 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Ten
     seg = segments_for(row_ptr)
     if seg.n_segments == 0:
         return out
-    part_stats = torch.empty(max(seg.n_parts, 1) * n_stats * 8, dtype=torch.float32, device=device)
+    # split windows' partial statistics (``out`` stands in when there are none: never touched)
+    part_stats = torch.empty(seg.n_parts * n_stats * 8, dtype=torch.float32, device=device) if seg.n_parts else out
     k_log2 = np.int32(k.bit_length() - 1)
-    scale = np.uint64(0) if scale is None else ptr(scale)
+    scale = 0 if scale is None else ptr(scale)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
            ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("window", "begin", "part"),
            np.int64(seg.n_segments), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
     if seg.n_parts:
-        n_split = seg.n_split
-        window_stats = torch.empty(n_split * n_stats * 8, dtype=torch.float32, device=device)
-        launch(SOURCE, f"fg::softmax::edge_softmax_combine<{tag}>", device, _blocks(n_split), (32 * _WARPS,),
-               ptr(part_stats), *seg.pointers("split_part", "split_count"), np.int64(n_split), ptr(window_stats))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
-               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("split_window", "split_part"),
-               np.int64(n_split), np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(window_stats))
+               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out),
+               *seg.pointers("split_window", "split_part", "split_count"), np.int64(seg.n_split),
+               np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
     return out
 
 

@@ -2,10 +2,11 @@
 stream."""
 from __future__ import annotations
 
+import ctypes
 import functools
+import struct
 import threading
 
-import numpy as np
 import torch
 
 from .compiler import _import_cuda_core, compile_source
@@ -62,27 +63,9 @@ def kernel(src: KernelSource, name: str, index: int):
     return _module(src, index).get_kernel(name)
 
 
-class _StreamHandle:
-    def __init__(self, handle: int):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
-
-
-@functools.lru_cache(maxsize=64)
-def _stream(index: int, handle: int):
-    return _device(index).create_stream(_StreamHandle(handle))
-
-
-def ptr(t: torch.Tensor) -> np.uint64:
+def ptr(t: torch.Tensor) -> int:
     """A tensor's device address as a kernel argument."""
-    return np.uint64(t.data_ptr())
-
-
-@functools.lru_cache(maxsize=4096)
-def _config(grid: tuple, block: tuple, shmem: int):
-    return _import_cuda_core().LaunchConfig(grid=grid, block=block, shmem_size=shmem)
+    return t.data_ptr()
 
 
 def current_stream(device: torch.device) -> int:
@@ -91,17 +74,56 @@ def current_stream(device: torch.device) -> int:
     return torch._C._cuda_getCurrentRawStream(index)
 
 
+class _Parameters(threading.local):
+    """Per thread: a buffer of 8-byte argument slots and the array of their addresses that
+    cuLaunchKernel takes, per argument count. The driver copies the arguments during the
+    call, so one buffer serves every launch of the thread."""
+
+    def __init__(self):
+        self.by_count = {}
+
+    def packed(self, args: tuple) -> int:
+        hit = self.by_count.get(len(args))
+        if hit is None:
+            n = len(args)
+            data = ctypes.create_string_buffer(8 * max(n, 1))
+            slots = (ctypes.c_void_p * max(n, 1))(*(ctypes.addressof(data) + 8 * i for i in range(n)))
+            hit = self.by_count[n] = (struct.Struct(f"<{n}q"), data, slots, ctypes.addressof(slots))
+        hit[0].pack_into(hit[1], 0, *args)
+        return hit[3]
+
+
+_parameters = _Parameters()
+
+
 def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, block: tuple, *args,
            shmem: int = 0) -> None:
     """Launch ``name`` from ``src`` on the current torch stream of ``device``.
-    Arguments must be numpy scalars (np.int32, np.int64, np.float32, np.uint64 from ptr())."""
+
+    Arguments are integers: device addresses (``ptr``) and int32/int64 scalars, which is every
+    parameter type of flashgnn's kernels. Each is packed into a little-endian 8-byte slot and
+    the driver reads as many bytes as the kernel's parameter has (an int32 is the slot's low
+    half), so the launch costs a few microseconds whatever the argument count: this path runs
+    for every op on every call, where cuda.core's generic argument handling cost 10-20 us."""
     index = device.index
     if index is None:
         index = torch.cuda.current_device()
-    k = _kernel_on(src, name, index)
+    function = _kernel_on(src, name, index)
     _device(index)  # current in this thread (autograd's backward threads included)
-    stream = _stream(index, torch._C._cuda_getCurrentRawStream(index))
-    _import_cuda_core().launch(stream, _config(grid, block, shmem), k, *args)
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    bx, by, bz = (*block, 1, 1)[:3]
+    cu_launch_kernel, success = _launch_api()
+    (err,) = cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shmem, torch._C._cuda_getCurrentRawStream(index),
+                              _parameters.packed(args), 0)
+    if err != success:
+        raise RuntimeError(f"flashgnn: launching {name} failed: {err!r}")
+
+
+@functools.cache
+def _launch_api():
+    """(cuLaunchKernel, CUDA_SUCCESS) from cuda.bindings, imported at the first launch."""
+    from cuda.bindings import driver
+    return driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,4 +131,9 @@ def _kernel_on(src: KernelSource, name: str, index: int):
     """``kernel`` after the device checks of ``require_device``; cached, as the launch path
     runs it on every call."""
     require_device(torch.device("cuda", index))
-    return kernel(src, name, index)
+    from cuda.bindings import driver
+
+    k = kernel(src, name, index)
+    # a CUkernel (cuda.core >= 0.3 loads libraries) or a CUfunction: cuLaunchKernel takes both
+    handle = k.handle if hasattr(k, "handle") else k._handle
+    return driver.CUfunction(int(handle))

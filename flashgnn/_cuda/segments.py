@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -53,11 +52,11 @@ class Segments:
         return self.split_window.numel()
 
     def pointers(self, *names: str) -> tuple:
-        """Device addresses of the named arrays as kernel arguments (np.uint64), cached: the
+        """Device addresses of the named arrays as kernel arguments, cached: the
         launchers pass them on every call."""
         hit = self._pointers.get(names)
         if hit is None:
-            hit = self._pointers[names] = tuple(np.uint64(getattr(self, n).data_ptr()) for n in names)
+            hit = self._pointers[names] = tuple(getattr(self, n).data_ptr() for n in names)
         return hit
 
     def split_longer_than(self, parts: int) -> tuple:

@@ -19,9 +19,11 @@ def kernel_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "kernels"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KernelSource:
-    """One .cu file and the kernel instantiations (NVRTC name expressions) taken from it."""
+    """One .cu file and the kernel instantiations (NVRTC name expressions) taken from it.
+    Compared and hashed by identity (``register`` makes one per file): the launch path looks
+    kernels up by it on every call."""
 
     file: str
     name_expressions: tuple[str, ...]

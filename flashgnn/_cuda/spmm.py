@@ -63,7 +63,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
         return out
     features = features or lane_features(n, col_idx.numel())
     seg = segments_for(row_ptr, seg_vectors, shortest=64 if n <= 32 else 128)
-    workspace = split_workspace(seg, n, x.device)
+    workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
     chunks = -(-n // (8 * features))
@@ -91,10 +91,13 @@ def dense_operands(x, values, n_rows: int, precision: str, out_dtype: torch.dtyp
     return xs, vals, torch.empty(n_rows, x.shape[1], dtype=out_dtype, device=x.device)
 
 
-def split_workspace(seg, n: int, device: torch.device) -> torch.Tensor:
-    """fp32 partial sums [n_parts, 8, n] of the segments of split windows (16-byte aligned;
-    one element when no window is split)."""
-    return torch.empty(max(seg.n_parts * 8 * n, 1), dtype=torch.float32, device=device)
+def split_workspace(seg, n: int, out: torch.Tensor) -> torch.Tensor:
+    """fp32 partial sums [n_parts, 8, n] of the segments of split windows (16-byte aligned),
+    or ``out`` itself when no window is split: the kernels then never touch the workspace,
+    and no allocation is made."""
+    if not seg.n_parts:
+        return out
+    return torch.empty(seg.n_parts * 8 * n, dtype=torch.float32, device=out.device)
 
 
 def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor,

@@ -60,7 +60,7 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     x = x.to(torch.float32).contiguous()
     values = values.to(torch.float32).contiguous()
     seg = segments_for(row_ptr)
-    workspace = tensor_core_spmm.split_workspace(seg, n, device)
+    workspace = tensor_core_spmm.split_workspace(seg, n, y)
     vw, g = _layout(n, x)
     n_tiles = -(-n // (32 * vw * g))
     warps = seg.n_segments * n_tiles
