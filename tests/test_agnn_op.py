@@ -81,6 +81,7 @@ def test_gpu_matches_cpu(precision, rng):
     cpu = _adjacency(rng, n=300, k=4 if precision == "tf32" else 8)
     gpu = cpu.to("cuda")
     feat = torch.randn(cpu.n_rows, 33)
+    feat[5] = 0.0
     beta = torch.tensor([1.7])
     proj = torch.randn(cpu.n_rows, 33)
     ref = _run(ops.agnn_propagate, cpu, feat, beta, precision, proj)
@@ -88,3 +89,18 @@ def test_gpu_matches_cpu(precision, rng):
     bound = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}[precision]
     for name, g, r in zip(("out", "d feat", "d beta"), got, ref):
         assert rel_err(g, r) <= bound, name
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=GPU) for d in (torch.float16, torch.bfloat16)])
+def test_gpu_half_features(dtype, rng):
+    """feat stored in 16 bits (a model cast with .half()): the output keeps feat's dtype, the
+    gradients match the CPU path's."""
+    cpu = _adjacency(rng, n=200)
+    feat = torch.randn(cpu.n_rows, 16).to(dtype)
+    beta = torch.tensor([0.9])
+    proj = torch.randn(cpu.n_rows, 16).to(dtype)
+    ref = _run(ops.agnn_propagate, cpu, feat, beta, "fp16", proj)
+    got = _run(ops.agnn_propagate, cpu.to("cuda"), feat.cuda(), beta.cuda(), "fp16", proj.cuda())
+    assert got[0].dtype == dtype and got[1].dtype == dtype
+    for name, g, r in zip(("out", "d feat", "d beta"), got, ref):
+        assert rel_err(g, r) <= 1e-2, name

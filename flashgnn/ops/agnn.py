@@ -15,39 +15,39 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..format import MEBCRS
+from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_cuda
 from ._autograd import tracing
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
-from .precision import check_precision, kernel_operands
+from .precision import check_precision, half_storage, kernel_operands
+from .reference import normalize_rows_backward_reference, normalize_rows_reference
 from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
 
-NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it
+NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it (kernels/row_normalize.cu: EPS)
 _NO_TRANSPOSE = (None,) * 5
 
 
 class _Propagate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, beta, pattern, transposed, n_rows, k, precision):
-        norm = feat.norm(2, 1, keepdim=True)
-        denom = norm.clamp_min(NORMALIZE_EPS)
-        unit = feat / denom  # F.normalize, op for op
-        unit_k, feat_k = kernel_operands(precision, unit, feat)
+        unit_k, feat_k, norm = _normalize(feat, precision)
         cos = _sddmm(*pattern, unit_k, unit_k, k, precision, *_NO_TRANSPOSE)
         prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
-        out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, feat.dtype == torch.float32, *_NO_TRANSPOSE)
-        ctx.save_for_backward(feat_k, beta, unit, unit_k, norm, denom, cos, prob, *pattern, *transposed)
-        ctx.n_rows, ctx.k, ctx.precision, ctx.feat_dtype = n_rows, k, precision, feat.dtype
-        return out
+        wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
+        out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        ctx.save_for_backward(feat, feat_k, beta, unit_k, norm, cos, prob, *pattern, *transposed)
+        ctx.n_rows, ctx.k, ctx.precision = n_rows, k, precision
+        return out.to(feat.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        feat_k, beta, unit, unit_k, norm, denom, cos, prob, *rest = ctx.saved_tensors
+        feat, feat_k, beta, unit_k, norm, cos, prob, *rest = ctx.saved_tensors
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
         n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
-        wide = ctx.feat_dtype != torch.float64  # gradients of X in fp32 (float64 stays)
+        wide = feat.dtype != torch.float64
         (grad_k,) = kernel_operands(precision, grad)
         # out = P @ X: dP = SDDMM(dOut, X)
         d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *_NO_TRANSPOSE)
@@ -64,10 +64,28 @@ class _Propagate(torch.autograd.Function):
         d_unit = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
         d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
         d_unit += _spmm(*transposed, d_cos_t, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
-        # U = X / max(|X|, eps): the norm's gradient flows where |X| >= eps (clamp_min's rule)
-        radial = (d_unit * unit).sum(1, keepdim=True).mul_(norm >= NORMALIZE_EPS)
-        d_feat += torch.addcmul(d_unit, unit, radial, value=-1).div_(denom)
-        return d_feat.to(ctx.feat_dtype), grad_beta, None, None, None, None, None
+        # U = X / max(|X|, eps)
+        d_feat = _normalize_backward(feat, norm, d_unit, d_feat)
+        return d_feat.to(feat.dtype), grad_beta, None, None, None, None, None
+
+
+def _normalize(feat: Tensor, precision: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(U = feat / max(|feat_i|, eps) and feat as the kernels of ``precision`` read them, the
+    row norms): one kernel on the GPU, F.normalize's ops otherwise."""
+    if feat.is_cuda and feat.dtype != torch.float64:
+        storage = half_storage(precision) or torch.float32
+        unit_k, feat_k, norm = normalize_rows_cuda(feat, storage, convert_x=feat.dtype != storage)
+        return unit_k, feat if feat_k is None else feat_k, norm
+    unit, norm = normalize_rows_reference(feat, NORMALIZE_EPS)
+    unit_k, feat_k = kernel_operands(precision, unit, feat)
+    return unit_k, feat_k, norm
+
+
+def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tensor) -> Tensor:
+    """d_feat + the gradient of feat through ``_normalize`` (d_unit: that of U)."""
+    if norm.is_cuda and feat.dtype != torch.float64:
+        return normalize_rows_backward_cuda(feat, norm, d_unit, d_feat)
+    return d_feat.add_(normalize_rows_backward_reference(feat, norm, d_unit, NORMALIZE_EPS))
 
 
 def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32") -> Tensor:

@@ -90,3 +90,19 @@ def edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_r
     out = torch.zeros(probs.numel(), dtype=dtype, device=probs.device)
     out[c.slot] = p * (g - dot[c.row])
     return out
+
+
+def normalize_rows_reference(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / max(|x_i|, eps) row-wise, as F.normalize computes it; the norms [N, 1])."""
+    norm = x.norm(2, 1, keepdim=True)
+    return x / norm.clamp_min(eps), norm
+
+
+def normalize_rows_backward_reference(x: torch.Tensor, norm: torch.Tensor, d_unit: torch.Tensor,
+                                      eps: float) -> torch.Tensor:
+    """The gradient of x through ``normalize_rows_reference`` given d_unit; the norm takes a
+    gradient only where it was not clamped (clamp_min's rule)."""
+    denom = norm.clamp_min(eps)
+    unit = x / denom
+    radial = (d_unit * unit).sum(1, keepdim=True).mul_(norm >= eps)
+    return torch.addcmul(d_unit, unit, radial, value=-1).div_(denom)
