@@ -10,7 +10,7 @@ import torch
 from flashgnn import Graph, ops
 from flashgnn.nn import AGNNConv, GCNConv
 from flashgnn.ops import _pattern
-from tests.helpers import random_csr
+from tests.helpers import GPU, random_csr
 
 
 @pytest.fixture
@@ -58,3 +58,18 @@ def test_constant_values_are_transposed_once(graph):
     trainable = values.clone().requires_grad_()
     ops.spmm(graph.adj(), x, values=trainable).sum().backward()
     assert trainable not in _pattern._TRANSPOSED
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=GPU) for d in (torch.float32, torch.float16, torch.float64)])
+def test_transposed_values_on_the_gpu(graph, dtype):
+    """A's values moved into A^T's layout by the move_values kernel equal the CPU's on every
+    real slot of A^T."""
+    a = graph.adj()
+    values = torch.randn(a.n_slots).to(dtype)
+    t = a.transpose()
+    args = (t.fmt.col_idx, t.fmt.perm, t.src_slot)
+    cpu = _pattern.transposed_values(values, *args)
+    gpu_t = a.to("cuda").transpose()
+    gpu = _pattern.transposed_values(values.cuda(), gpu_t.fmt.col_idx, gpu_t.fmt.perm, gpu_t.src_slot)
+    real = t.fmt.perm
+    assert torch.equal(gpu.cpu()[real], cpu[real])

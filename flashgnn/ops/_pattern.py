@@ -6,11 +6,11 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..format import MEBCRS
+from .._cuda.move_values import move_values_cuda
 from ._autograd import tracing
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # values -> (version, t_perm, A^T values)
-_GATHER: WeakIdKeyDictionary = WeakIdKeyDictionary()  # t_perm -> (t_src, gather index)
 
 
 def pattern_args(a: MEBCRS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -28,27 +28,21 @@ def transpose_args(a: MEBCRS, needed: bool) -> tuple:
 
 def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> torch.Tensor:
     """A^T's value layout filled from A's values, for the ops, which read real slots only (the
-    padding slots hold a copy of some value of A). With ``cache`` the result is kept for as
-    long as ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
+    padding slots are left unset): one kernel on the GPU. With ``cache`` the result is kept for
+    as long as ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
     if cache and not tracing():
         hit = _TRANSPOSED.get(values)
         if hit is not None and hit[0] == values._version and hit[1] is t_perm:
             return hit[2]
-    out = values[_gather_index(t_perm, t_src, 8 * t_col_idx.numel())]
+    n_slots = 8 * t_col_idx.numel()
+    if values.is_cuda and not tracing():
+        out = move_values_cuda(values, t_src, t_perm, n_slots)
+    else:
+        out = values.new_empty(n_slots)
+        out[t_perm] = values[t_src]
     if cache and not tracing():
         _TRANSPOSED[values] = (values._version, t_perm, out)
     return out
-
-
-def _gather_index(t_perm, t_src, n_slots: int) -> torch.Tensor:
-    """int64 [n_slots]: for each slot of A^T, the slot of A it copies (slot 0 for padding), so
-    that moving values is one gather; cached while ``t_perm`` lives (not when tracing)."""
-    if tracing():
-        return t_perm.new_zeros(n_slots).index_put_((t_perm,), t_src)
-    hit = _GATHER.get(t_perm)
-    if hit is None or hit[0] is not t_src:
-        hit = _GATHER[t_perm] = (t_src, t_perm.new_zeros(n_slots).index_put_((t_perm,), t_src))
-    return hit[1]
 
 
 def check_dense(name: str, t: torch.Tensor, rows: int, device: torch.device) -> None:

@@ -53,17 +53,22 @@ class _Propagate(torch.autograd.Function):
         d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *_NO_TRANSPOSE)
         # P = softmax(beta * cos)
         d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
+        del d_prob  # slot-sized temporaries are freed as soon as they are used (GBs on large graphs)
         grad_beta = torch.dot(d_scores, cos).reshape(1).to(beta.dtype) if ctx.needs_input_grad[1] else None
         if not ctx.needs_input_grad[0]:
             return None, grad_beta, None, None, None, None, None
         # dX = P^T @ dOut + the path through cos
         prob_t = transposed_values(prob, t_col_idx, t_perm, t_src)
         d_feat = _spmm(*transposed, prob_t, grad_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        del prob_t
         # cos = SDDMM(U, U): dU = dcos @ U + dcos^T @ U
         d_cos = d_scores * beta
+        del d_scores
         d_unit = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
         d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
+        del d_cos
         d_unit += _spmm(*transposed, d_cos_t, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        del d_cos_t
         # U = X / max(|X|, eps)
         d_feat = _normalize_backward(feat, norm, d_unit, d_feat)
         return d_feat.to(feat.dtype), grad_beta, None, None, None, None, None
