@@ -17,7 +17,7 @@
 //                        vec_mask (bit q set when row q holds c). The first occurrence writes
 //                        col_idx and vec_mask of its vector (one writer per vector); every
 //                        nonzero writes its slot to perm with the formula of format.py.
-//   values  scatter_values  values_out[perm[i]] = values_in[i] into a zero-filled array.
+//   values  move_values.cu  values_out[perm[i]] = values_in[i] into a zero-filled array.
 //
 // Only totals cross to the host (n_vectors, to allocate col_idx, vec_mask and values). Every
 // read is of memory written before: indices[p] only for p inside its row, offs[p] for
@@ -114,15 +114,6 @@ __global__ void place_nonzeros(const i64* __restrict__ indptr, const i64* __rest
         const i64 width = min(end - block_start, (i64)1 << k_log2);
         perm[e] = WINDOW * block_start + r * width + (v - block_start);
     });
-}
-
-// values_out[perm[i]] = values_in[i]: places values given in CSR order into the value slots.
-template <typename T>
-__global__ void scatter_values(const T* __restrict__ values_in, const i64* __restrict__ perm,
-                               T* __restrict__ values_out, i64 nnz) {
-    for (i64 i = fg::global_thread(); i < nnz; i += fg::grid_stride()) {
-        values_out[perm[i]] = values_in[i];
-    }
 }
 
 }  // namespace fg

@@ -1,6 +1,7 @@
-// out[dst_slot[e]] = values[src_slot[e]] for every nonzero e: A's values moved into A^T's value
-// layout in one pass (slots no nonzero maps to are left as they are). Elements are moved as raw
-// bits of their size, so one kernel serves every dtype.
+// out[dst_slot[e]] = values[src_slot[e]] (values[e] when src_slot is null) for every nonzero e:
+// values placed into a value layout from CSR order (the GPU builder), or A's values moved into
+// A^T's layout, in one pass; slots no nonzero maps to are left as they are. Elements are moved
+// as raw bits of their size, so one kernel serves every dtype.
 #include "common.cuh"
 
 namespace fg {
@@ -8,7 +9,7 @@ namespace fg {
 template <class Bits>
 __global__ void move_values(const Bits* __restrict__ values, const i64* __restrict__ src_slot,
                             const i64* __restrict__ dst_slot, i64 nnz, Bits* __restrict__ out) {
-    for (i64 e = global_thread(); e < nnz; e += (i64)gridDim.x * blockDim.x) out[dst_slot[e]] = values[src_slot[e]];
+    for (i64 e = global_thread(); e < nnz; e += grid_stride()) out[dst_slot[e]] = values[src_slot ? src_slot[e] : e];
 }
 
 }  // namespace fg

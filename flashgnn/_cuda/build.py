@@ -4,27 +4,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .move_values import move_values_cuda
 from .runtime import launch, ptr, require_device
 from .sources import register
 
-SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::place_nonzeros",
-                                      "fg::scatter_values<float>", "fg::scatter_values<double>"])
-_TYPE = {torch.float32: "float", torch.float64: "double"}
+SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::place_nonzeros"])
 _THREADS = 256
 _TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE)
-
-
-def scatter_values(values: torch.Tensor, perm: torch.Tensor, n_slots: int) -> torch.Tensor:
-    """out[perm[i]] = values[i] in a zero-filled [n_slots] tensor, on the GPU."""
-    out = torch.zeros(n_slots, dtype=values.dtype, device=values.device)
-    if values.dtype not in _TYPE:
-        return out.index_copy_(0, perm, values)
-    nnz = values.numel()
-    if nnz:
-        launch(SOURCE, f"fg::scatter_values<{_TYPE[values.dtype]}>", values.device,
-               (min((nnz + 255) // 256, 65535),), (256,),
-               ptr(values.contiguous()), ptr(perm), ptr(out), np.int64(nnz))
-    return out
 
 
 def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
@@ -63,5 +49,6 @@ def build_mebcrs_cuda(indptr, indices, values, n_cols: int, k: int, device: torc
     indptr = indptr.to(device=device, dtype=torch.int64).contiguous()
     indices = indices.to(device=device, dtype=torch.int64).contiguous()
     row_ptr, col_idx, perm, vec_mask = build_pattern_cuda(indptr, indices, k)
-    out = scatter_values(values.to(device), perm, WINDOW * col_idx.numel())
+    values = values.to(device)
+    out = move_values_cuda(values, None, perm, values.new_zeros(WINDOW * col_idx.numel()))
     return MEBCRS(row_ptr, col_idx, out, perm, vec_mask, indptr.numel() - 1, n_cols, k)

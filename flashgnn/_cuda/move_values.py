@@ -1,4 +1,4 @@
-"""Launcher of kernels/move_values.cu: values moved between two value layouts by slot maps."""
+"""Launcher of kernels/move_values.cu: values moved between value layouts by slot maps."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,18 +13,21 @@ _THREADS = 256
 _MAX_BLOCKS = 1 << 16
 
 
-def move_values_cuda(values: torch.Tensor, src_slot: torch.Tensor, dst_slot: torch.Tensor,
-                     n_out: int) -> torch.Tensor:
-    """out [n_out] with out[dst_slot[e]] = values[src_slot[e]]; the other slots are left
-    uninitialised. values: a contiguous CUDA tensor of 2, 4 or 8-byte elements; the slot maps
-    int64 [nnz] on its device, in range (the format guarantees it)."""
-    if values.element_size() not in _BITS or not values.is_cuda:
-        raise ValueError(f"values must be a CUDA tensor of 2, 4 or 8-byte elements, got {values.dtype} on {values.device}")
-    values = values.contiguous()
-    out = values.new_empty(n_out)
-    nnz = src_slot.numel()
-    if nnz:
+def move_values_cuda(values: torch.Tensor, src_slot: torch.Tensor | None, dst_slot: torch.Tensor,
+                     out: torch.Tensor) -> torch.Tensor:
+    """out[dst_slot[e]] = values[src_slot[e]] (values[e] when ``src_slot`` is None) on the GPU;
+    the other slots of ``out`` are left as they are. values and out: CUDA tensors of one dtype
+    (2, 4 or 8-byte elements in one kernel, others by torch indexing), out contiguous; the slot
+    maps int64 [nnz] on their device, in range (the formats guarantee it). Returns out."""
+    if values.dtype != out.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be contiguous and of values' dtype {values.dtype}, got {out.dtype}")
+    nnz = dst_slot.numel()
+    if values.element_size() not in _BITS:
+        out[dst_slot] = values if src_slot is None else values[src_slot]
+    elif nnz:
+        values = values.contiguous()
         blocks = min(-(-nnz // _THREADS), _MAX_BLOCKS)
         launch(SOURCE, f"fg::move_values<{_BITS[values.element_size()]}>", values.device, (blocks,), (_THREADS,),
-               ptr(values), ptr(src_slot), ptr(dst_slot), np.int64(nnz), ptr(out))
+               ptr(values), 0 if src_slot is None else ptr(src_slot), ptr(dst_slot), np.int64(nnz),
+               ptr(out))
     return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 

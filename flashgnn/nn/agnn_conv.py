@@ -16,7 +16,8 @@ class AGNNConv(nn.Module):
 
     The cosine is exact: features are L2-normalised (``F.normalize``, eps 1e-12, as DGL and
     PyG do) and their dot products taken by SDDMM on the graph's pattern; edge softmax and
-    SpMM follow (``flashgnn.ops.agnn_propagate``, one autograd node). ``beta`` is a learnable [1] parameter (a buffer when ``learn_beta=False``).
+    SpMM follow (``flashgnn.ops.agnn_propagate``, one autograd node). ``beta`` is a learnable
+    [1] parameter (a buffer when ``learn_beta=False``).
     Shapes: feat [N, F] -> [N, F]. DGL's constructor and forward, plus ``precision``;
     the graph's edge weights are not used (attention defines the edge values).
     """

@@ -36,7 +36,7 @@ def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> 
             return hit[2]
     n_slots = 8 * t_col_idx.numel()
     if values.is_cuda and not tracing():
-        out = move_values_cuda(values, t_src, t_perm, n_slots)
+        out = move_values_cuda(values, t_src, t_perm, values.new_empty(n_slots))
     else:
         out = values.new_empty(n_slots)
         out[t_perm] = values[t_src]
