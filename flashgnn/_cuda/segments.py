@@ -1,5 +1,12 @@
 """Work segments: windows cut into runs of at most ``seg_vectors`` vectors, one warp each, so a
-hub window does not serialise one warp. Built on the device from row_ptr, cached per row_ptr."""
+hub window does not serialise one warp. Built on the device from row_ptr, cached per row_ptr.
+
+Segments are ordered longest first (stable: window order among equal lengths). Blocks start
+in index order as earlier ones finish, so the short last segments of long windows fill the
+gaps left at the end instead of forming a tail of their own (longest-processing-time-first
+scheduling), and the segments that share a block are of about equal length. Nothing depends on
+the order: a split window's partial sums sit in its own workspace slots (``part``), summed
+in slot order."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -99,10 +106,11 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
     split_count = count[split_window]
     first_vector = row_ptr[:-1][window] + begin
     length = torch.clamp(vectors[window] - begin, max=seg_vectors)
-    return Segments(window.to(i32), begin.to(i32), first_vector, length.to(i32), part.to(i32), seg_split.to(i32),
-                    split_window.to(i32),
-                    part[first[split_window]].to(i32), split_count.to(i32), seg_vectors,
-                    int(split_count.sum()))
+    split_part = part[first[split_window]]
+    order = torch.argsort(length, descending=True, stable=True)
+    return Segments(window[order].to(i32), begin[order].to(i32), first_vector[order], length[order].to(i32),
+                    part[order].to(i32), seg_split[order].to(i32), split_window.to(i32), split_part.to(i32),
+                    split_count.to(i32), seg_vectors, int(split_count.sum()))
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
