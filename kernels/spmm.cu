@@ -8,8 +8,9 @@
 // gathers of X. Per MMA step the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32
 // m16n8k4): the gathered dense rows X[col] form the left operand (16 features x KM vectors), the
 // 8 x KM sparse block the right operand (n = 8 window rows), and the accumulators hold 16
-// features x 8 rows, fp32. The gathers of the next batch of vectors are issued before the MMAs
-// of the current one (two batches in flight).
+// features x 8 rows, fp32. The gathers of the next two batches of vectors are in flight during
+// the MMAs of the current one (the loop is bound by gather latency: on an H100 three batches in
+// flight at 6 blocks per SM beat two at 8 by 4% on the real graphs at N = 128, four spill).
 //
 // Coalesced mapping of the gather: lane (g, t) loads the 4 consecutive features f0 + 4g .. + 3 of
 // its vector(s) in one 8-byte (16-bit types) or 16-byte (fp32) load, so the 8 lanes sharing a
@@ -324,7 +325,7 @@ __device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
 // 8 * seg_vectors values each).
 template <int P, int K, typename OutTag, int LF>
-__global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
+__global__ void __launch_bounds__(32 * WARPS, 6) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
                                                          typename OutTag::T* __restrict__ out) {
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
@@ -339,13 +340,16 @@ __global__ void __launch_bounds__(32 * WARPS, 8) spmm_tc(SPMM_PARAMS, const type
     const u32* words = reinterpret_cast<const u32*>(vals);
     float acc[LF / 2][4] = {};
     constexpr int VECTORS = Batch<P, LF>::VECTORS;
-    Batch<P, LF> even, odd;
-    even.load(x, cols, words, 0, w.count, w, a.n, a.aligned);
-    for (int j0 = 0; j0 < w.count; j0 += 2 * VECTORS) {
-        odd.load(x, cols, words, j0 + VECTORS, w.count, w, a.n, a.aligned);
-        even.mma(acc);
-        even.load(x, cols, words, j0 + 2 * VECTORS, w.count, w, a.n, a.aligned);
-        odd.mma(acc);
+    Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
+    b0.load(x, cols, words, 0, w.count, w, a.n, a.aligned);
+    b1.load(x, cols, words, VECTORS, w.count, w, a.n, a.aligned);
+    for (int j0 = 0; j0 < w.count; j0 += 3 * VECTORS) {
+        b2.load(x, cols, words, j0 + 2 * VECTORS, w.count, w, a.n, a.aligned);
+        b0.mma(acc);
+        b0.load(x, cols, words, j0 + 3 * VECTORS, w.count, w, a.n, a.aligned);
+        b1.mma(acc);
+        b1.load(x, cols, words, j0 + 4 * VECTORS, w.count, w, a.n, a.aligned);
+        b2.mma(acc);
     }
     finish_segment<OutTag, LF>(a, w, acc, out);
 }
