@@ -67,3 +67,11 @@ def test_counters_start_at_zero_per_chunk_count_and_stream():
     assert c.dtype == torch.int32 and c.numel() == seg.n_split * 4 and not c.any()
     assert seg.counters(4, stream=7) is c
     assert seg.counters(4, stream=8) is not c and seg.counters(2, stream=7).numel() == seg.n_split * 2
+
+
+def test_sddmm_segments_are_32_vectors_on_small_graphs_and_64_on_large_ones():
+    from flashgnn._cuda.sddmm import seg_vectors
+    from flashgnn._cuda.segments import TARGET_SEGMENTS
+
+    assert seg_vectors(0) == seg_vectors(32 * TARGET_SEGMENTS) == 32
+    assert seg_vectors(32 * TARGET_SEGMENTS + 1) == seg_vectors(10**9) == 64

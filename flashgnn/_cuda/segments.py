@@ -19,8 +19,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 # H100/H200). Small graphs are cut finer to fill the GPU; large ones keep long segments, since
 # every split window costs partial sums in a workspace. Measured on an H100 over the 33 shared
 # graphs (geomean against cuSPARSE): SpMM N=32 prefers 64 (1.66x; 1.60x at 128), N=128 prefers
-# 128 (1.45x; 1.24x at 64, 1.41x at 256); SDDMM, which splits nothing, prefers 64 at any size
-# (K=32: 4.71x; 3.85x at 128).
+# 128 (1.45x; 1.24x at 64, 1.41x at 256); the SDDMM, which splits nothing, picks its own
+# (sddmm.seg_vectors).
 MIN_SEG_VECTORS, MAX_SEG_VECTORS = 128, 256
 TARGET_SEGMENTS = 132 * 32
 
