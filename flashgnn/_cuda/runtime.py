@@ -97,8 +97,9 @@ _parameters = _Parameters()
 
 
 def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, block: tuple, *args,
-           shmem: int = 0) -> None:
-    """Launch ``name`` from ``src`` on the current torch stream of ``device``.
+           shmem: int = 0, stream: int | None = None) -> None:
+    """Launch ``name`` from ``src`` on the current torch stream of ``device`` (``stream``: its
+    raw handle, when the caller has already looked it up).
 
     Arguments are integers: device addresses (``ptr``) and int32/int64 scalars, which is every
     parameter type of flashgnn's kernels. Each is packed into a little-endian 8-byte slot and
@@ -113,8 +114,9 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     gx, gy, gz = (*grid, 1, 1)[:3]
     bx, by, bz = (*block, 1, 1)[:3]
     cu_launch_kernel, success = _launch_api()
-    (err,) = cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shmem, torch._C._cuda_getCurrentRawStream(index),
-                              _parameters.packed(args), 0)
+    if stream is None:
+        stream = torch._C._cuda_getCurrentRawStream(index)
+    (err,) = cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shmem, stream, _parameters.packed(args), 0)
     if err != success:
         raise RuntimeError(f"flashgnn: launching {name} failed: {err!r}")
 

@@ -72,13 +72,14 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     chunk_groups = -(-chunks // per_segment)
     blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
+    stream = current_stream(x.device)
     launch(SOURCE, _kernel_name(precision, k, out_dtype, features), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
-           ptr(workspace), ptr(seg.counters(chunks, current_stream(x.device))), np.int32(fuse_max),
+           ptr(workspace), ptr(seg.counters(chunks, stream)), np.int32(fuse_max),
            np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
            np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
-           shmem=segments_per_block * seg.seg_vectors * staged_bytes)
+           shmem=segments_per_block * seg.seg_vectors * staged_bytes, stream=stream)
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
 

@@ -113,5 +113,5 @@ def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32
         prob = edge_softmax(a, beta * sddmm(a, unit, unit, precision))
         return spmm(a, feat, precision, values=prob)
     need_t = torch.is_grad_enabled() and (feat.requires_grad or beta.requires_grad)
-    transposed = transpose_args(a, need_t) if need_t else ()
+    transposed = transpose_args(a, need_t)
     return _Propagate.apply(feat, beta, pattern_args(a), transposed, a.n_rows, a.k, precision)
