@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 import torch
 
+from .block_diagonal import block_diagonal
 from .format import MEBCRS, check_csr
 
 NORMS = ("both", "right", "left", "none")
@@ -363,6 +364,12 @@ class Graph:
                 values = self.edge_weight[self.edge_ids].to(torch.float32)
             return MEBCRS.from_csr(self.indptr, self.indices, values, n_cols=self.num_nodes, k=k, device=device)
         return self._cached((k, "format", device), build)
+
+    def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
+        """diag(A, ..., A) with ``heads`` blocks on the graph's device (``block_diagonal``): the
+        matrix of multi-head ops, one launch for every head. Built once per (heads, k), cached."""
+        device = _device_key(self.device)
+        return self._cached((k, "format", device, heads), lambda: block_diagonal(self.adj(k), heads))
 
     def edge_slots(self, k: int = 8) -> torch.Tensor:
         """Value slot of every edge of ``adj(k)`` in edge-id order, int64 [E] (cached)."""

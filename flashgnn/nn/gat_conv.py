@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import edge_softmax, spmm
+from ..block_diagonal import head_major, node_major
+from ..ops import edge_softmax, sddmm, spmm
 from ..ops.precision import check_precision
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
@@ -14,11 +15,12 @@ class GATConv(nn.Module):
     r"""``h_i' = sum_{j -> i} a_ij W h_j`` per head, with ``a_i. = softmax_j(e_ij)`` over the
     in-edges of i and ``e_ij = leaky_relu(attn_l . W h_j + attn_r . W h_i)``.
 
-    The score is a sum of two per-node scalars, so it is not an SDDMM: both are computed per
-    node, gathered onto the edges in CSR order and placed into the ME-BCRS value layout; edge
-    softmax and SpMM then run once per head (a loop over heads, each an SpMM of width
-    out_feats). ``attn_drop`` drops attention values; ``edge_weight`` [E] (edge-id order)
-    multiplies them after dropout, as DGL does; the graph's own weights are not used.
+    Every head runs in the same launches, on diag(A, ..., A) (``Graph.adj_heads``): the
+    scores ``e_ij = er_i + el_j`` are an fp32 SDDMM of rank 2 ([er_i, 1] . [1, el_j]), exact
+    and with a backward that sums over rows and columns by SpMM (no scatter, deterministic);
+    then one edge softmax and one SpMM of width out_feats. ``attn_drop`` drops attention
+    values; ``edge_weight`` [E] (edge-id order) multiplies them after dropout, as DGL does;
+    the graph's own weights are not used.
 
     Shapes: feat [N, in_feats] -> [N, num_heads, out_feats]; with ``get_attention`` also the
     attention [E, num_heads, 1] in edge-id order. DGL's constructor and forward
@@ -68,26 +70,20 @@ class GATConv(nn.Module):
         graph = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv")
         precision = resolve_precision(self.precision)
         k = block_width(precision)
-        adj = graph.adj(k)
+        heads, n = self.num_heads, feat.shape[0]
+        adj = graph.adj_heads(heads, k)
+        rows = adj.n_rows // heads  # the graph is square: one padded size for rows and columns
         h = self.feat_drop(feat)
-        ft = self.fc(h).view(-1, self.num_heads, self.out_feats)
-        score_src = (ft * self.attn_l).sum(-1)  # [N, heads]
-        score_dst = (ft * self.attn_r).sum(-1)
-        # [heads, E] in CSR order (rows = destinations), then into the value layout
-        e = self.leaky_relu(score_src.t()[:, graph.indices] + score_dst.t()[:, graph.dst_of_csr()])
-        scores = e.new_zeros(self.num_heads, 8 * adj.n_vectors).index_copy(1, adj.perm, e)
-        weight_values = None
+        ft = self.fc(h).view(n, heads, self.out_feats)
+        el = (ft * self.attn_l).sum(-1, keepdim=True)  # [N, heads, 1], the source's term
+        er = (ft * self.attn_r).sum(-1, keepdim=True)  # the destination's term
+        ones = torch.ones_like(el)
+        scores = sddmm(adj, head_major(torch.cat([er, ones], -1), rows),
+                       head_major(torch.cat([ones, el], -1), rows), "fp32")
+        prob = self.attn_drop(edge_softmax(adj, self.leaky_relu(scores)))
         if edge_weight is not None:
-            weight_values = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k)
-        ft_heads = ft.transpose(0, 1).contiguous()  # [heads, N, out_feats]
-        outs, attention = [], []
-        for head in range(self.num_heads):
-            prob = self.attn_drop(edge_softmax(adj, scores[head]))
-            if weight_values is not None:
-                prob = prob * weight_values
-            outs.append(spmm(adj, ft_heads[head], precision, values=prob))
-            attention.append(prob)
-        rst = torch.stack(outs, 1)
+            prob = prob * graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
+        rst = node_major(spmm(adj, head_major(ft, rows), precision, values=prob), heads, n)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h).view(h.shape[0], self.num_heads, self.out_feats)
         if self.bias is not None:
@@ -95,7 +91,7 @@ class GATConv(nn.Module):
         if self.activation is not None:
             rst = self.activation(rst)
         if get_attention:
-            return rst, torch.stack(attention, 1)[graph.edge_slots(k)].unsqueeze(-1)
+            return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
         return rst
 
     def extra_repr(self) -> str:
