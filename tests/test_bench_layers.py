@@ -53,6 +53,33 @@ def test_layer_rows_speedups_and_errors_against_pyg(tmp_path, data_dir, capsys):
     assert "# Layer benchmark" in md and "| x PyG fp32 |" in md
 
 
+def test_gat_rows_against_pyg(tmp_path, data_dir):
+    code, rows = _layers(tmp_path, data_dir, "--models", "GATConv")
+    assert code == 0
+    assert {(r["model"], r["impl"], r["precision"]) for r in rows} == (
+        {("GATConv", "PyG edge_index", p) for p in ("fp32", "fp16")} | {("GATConv", "flashgnn", p) for p in ERROR_BOUND})
+    for r in rows:
+        assert r["error"] == ""
+        if r["impl"] == "flashgnn":
+            assert 0 <= float(r["rel_err"]) <= ERROR_BOUND[r["precision"]]
+
+
+def test_graph_speedups_take_the_fastest_pyg_time_of_either_mode():
+    row = layer_bench.ModelRow
+    rows = [row("g", "GCNConv", "PyG adj_t", "fp32", ms=2.0, graph_ms=None),
+            row("g", "GCNConv", "PyG edge_index", "fp32", ms=3.0, graph_ms=2.5),
+            row("g", "GCNConv", "PyG edge_index", "fp16", ms=1.0, graph_ms=0.5),
+            row("g", "GCNConv", "flashgnn", "fp16", ms=1.0, graph_ms=0.25)]
+    layer_bench.set_speedups(rows)
+    ours = rows[-1]
+    assert (ours.speedup, ours.speedup_fp16, ours.graph_speedup) == (2.0, 1.0, 8.0)
+    assert rows[1].graph_speedup == 0.8
+    lines = layer_bench.bar_lines(rows)
+    assert "bar g GCNConv flashgnn fp16 >= 2x the fastest PyG fp32: 2.00x met" in lines
+    assert "bar g GCNConv flashgnn fp16 (CUDA graphs) >= 2x the fastest PyG fp32: 8.00x met" in lines
+    assert "bar g GCNConv flashgnn fp32 >= 1x the fastest PyG fp32: not measured" in lines
+
+
 def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monkeypatch, capsys):
     real = layer_bench.prepare_graph
 
@@ -122,3 +149,5 @@ def test_bad_options_are_clear(capsys):
     assert "--precisions: expected a comma list of fp32, tf32, fp16, bf16, got 'fp8'" in capsys.readouterr().err
     assert main(["bench", "training", "--device", "cpu", "--models", "GIN"]) == 2
     assert "--models: expected a comma list of GCN, AGNN, got 'GIN'" in capsys.readouterr().err
+    assert main(["bench", "layers", "--device", "cpu", "--models", "GIN"]) == 2
+    assert "--models: expected a comma list of GCNConv, AGNNConv, GATConv, got 'GIN'" in capsys.readouterr().err

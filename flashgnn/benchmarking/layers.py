@@ -1,7 +1,8 @@
 """``flashgnn bench layers``: one GCN layer and one AGNN layer, forward + backward, flashgnn
 against PyG's GCNConv and AGNNConv on the same device, with the same weights.
 
-Layers: GCNConv 128 -> 128 features (norm "both"), AGNNConv on 32 features (learnable beta).
+Layers: GCNConv 128 -> 128 features (norm "both"), AGNNConv on 32 features (learnable beta);
+with --models, also GATConv 64 -> 4 heads of 16 features (PyG: edge_index input).
 Graphs: the generated ogbn-products-scale power-law graph (2.4M nodes, 60M nonzeros) and the
 largest shared real graph, both with a self-loop added on every node.
 One call: forward, then the gradients of sum(output * P) (P a fixed random [N, F]
@@ -26,6 +27,10 @@ implementation's adjacency or format plus the call's working memory. prep ms: bu
 adjacency or format (flashgnn: ME-BCRS of A and A^T on the device; PyG: its input tensor).
 rel err: ||out - ref|| / ||ref|| of the forward output, ref = PyG fp32 (flashgnn fp32
 without PyG). A failing row records its error and the run goes on.
+With --cuda-graph every step is also captured in a CUDA graph (``timing.graphed``) and its
+replay timed ("graph ms"): GPU time without the host's launch path, which is what a step
+costs when the host is out of the way. graph x PyG fp32 = the fastest PyG fp32 time of the
+layer and graph, eager or replayed, / graph ms. A step that cannot be captured records why.
 """
 from __future__ import annotations
 
@@ -50,11 +55,14 @@ from ..training.precision import precision_scope
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, GENERATED, data_dir, load_graph, resolve_names
 from .kernels import QUICK_SCALE, _describe, _rel_err, _split, environment
-from .timing import Timer
+from .timing import Timer, graphed
 
 DEFAULT_GRAPHS = "powerlaw_products,musae_github"
 PYG_PRECISIONS = ("fp32", "fp16")
 GCN_FEATURES, AGNN_FEATURES = 128, 32
+GAT_FEATURES, GAT_HEADS = 64, 4  # 64 -> 4 heads of 16
+MODELS = ("GCNConv", "AGNNConv", "GATConv")
+DEFAULT_MODELS = "GCNConv,AGNNConv"
 # fp16 >= 2x the fastest PyG fp32 for GCN, >= 3x for AGNN; fp32 no slower than PyG fp32
 BARS = (("GCNConv", "fp16", 2.0), ("AGNNConv", "fp16", 3.0), ("GCNConv", "fp32", 1.0), ("AGNNConv", "fp32", 1.0))
 
@@ -75,6 +83,8 @@ class ModelRow:
     amortized_ms: float | None = None
     speedup: float | None = None
     speedup_fp16: float | None = None
+    graph_ms: float | None = None
+    graph_speedup: float | None = None
     peak_mb: float | None = None
     rel_err: float | None = None
     error: str = ""
@@ -82,7 +92,8 @@ class ModelRow:
 
 COLUMNS = [f.name for f in fields(ModelRow)]
 HEADERS = {"ms": "ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200", "speedup": "x PyG fp32",
-           "speedup_fp16": "x PyG fp16", "peak_mb": "peak MB", "rel_err": "rel err"}
+           "speedup_fp16": "x PyG fp16", "graph_ms": "graph ms", "graph_speedup": "graph x PyG fp32",
+           "peak_mb": "peak MB", "rel_err": "rel err"}
 
 
 def pyg_missing() -> str | None:
@@ -200,10 +211,11 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], object]]):
+def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], object]], cuda_graph: bool = False):
     """Fill ``row`` with the time of the step that ``prepare()`` returns (``prep_ms``: what
-    ``prepare`` took) and the peak device memory beyond what was allocated before
-    ``prepare``; return the step's last result, or None with ``row.error`` set on failure."""
+    ``prepare`` took), with ``cuda_graph`` the time of its CUDA-graph replay, and the peak
+    device memory beyond what was allocated before ``prepare``; return the step's last
+    (eager) result, or None with ``row.error`` set on failure."""
     device = timer.device
     _free(device)
     base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -220,6 +232,11 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
         row.ms = m.ms
         if device.type == "cuda":
             row.peak_mb = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+        if cuda_graph:
+            try:
+                row.graph_ms = timer(graphed(step), warmup=1).ms
+            except Exception as e:  # noqa: BLE001 - a step that cannot be captured says why
+                row.error = f"CUDA graph: {_describe(e)}"
         return m.result
     except Exception as e:  # noqa: BLE001 - recorded in the row; out of memory included
         row.error = _describe(e)
@@ -231,17 +248,20 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
 
 def set_speedups(rows: list[ModelRow]) -> None:
     """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) ms of its
-    (graph, model) / its ms."""
-    for precision, column in (("fp32", "speedup"), ("fp16", "speedup_fp16")):
+    (graph, model) / its ms; graph_speedup = the fastest PyG fp32 time, eager or CUDA-graph
+    replay, / its graph_ms."""
+    for precision, column, times, own in (("fp32", "speedup", ("ms",), "ms"), ("fp16", "speedup_fp16", ("ms",), "ms"),
+                                          ("fp32", "graph_speedup", ("ms", "graph_ms"), "graph_ms")):
         best: dict[tuple, float] = {}
         for r in rows:
-            if r.impl.startswith("PyG") and r.precision == precision and r.ms:
-                key = (r.graph, r.model)
-                best[key] = min(best.get(key, r.ms), r.ms)
+            for t in (getattr(r, name) for name in times):
+                if r.impl.startswith("PyG") and r.precision == precision and t:
+                    key = (r.graph, r.model)
+                    best[key] = min(best.get(key, t), t)
         for r in rows:
             base = best.get((r.graph, r.model))
-            if base and r.ms:
-                setattr(r, column, base / r.ms)
+            if base and getattr(r, own):
+                setattr(r, column, base / getattr(r, own))
 
 
 # ---------------------------------------------------------------------- tables
@@ -318,17 +338,26 @@ def add_arguments(p) -> None:
     add_common_arguments(p)
     p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
+    p.add_argument("--models", default=DEFAULT_MODELS,
+                   help=f"comma list of {', '.join(MODELS)} (default {DEFAULT_MODELS})")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="also time every step replayed from a CUDA graph (GPU time without the host's launches)")
 
 
 def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
-                seed: int) -> list[ModelRow]:
-    """Every row of one graph (with self-loops, on the timer's device)."""
+                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS.split(",")) -> list[ModelRow]:
+    """Every row of one graph (with self-loops, on the timer's device) and of each of ``models``."""
     device = timer.device
     torch.manual_seed(seed)
-    layers = {"GCNConv": (fnn.GCNConv(GCN_FEATURES, GCN_FEATURES), GCN_FEATURES, ("adj_t", "adj_t cached", "edge_index")),
-              "AGNNConv": (fnn.AGNNConv(), AGNN_FEATURES, ("edge_index",))}
+    layers = {"GCNConv": (lambda: fnn.GCNConv(GCN_FEATURES, GCN_FEATURES), GCN_FEATURES,
+                          ("adj_t", "adj_t cached", "edge_index")),
+              "AGNNConv": (fnn.AGNNConv, AGNN_FEATURES, ("edge_index",)),
+              "GATConv": (lambda: fnn.GATConv(GAT_FEATURES, GAT_FEATURES // GAT_HEADS, GAT_HEADS), GAT_FEATURES,
+                          ("edge_index",))}
     rows = []
-    for model, (layer, features, pyg_paths) in layers.items():
+    for model in models:
+        make, features, pyg_paths = layers[model]
+        layer = make()
         layer = layer.to(device)
         gen = torch.Generator(device).manual_seed(seed)
         x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
@@ -342,7 +371,7 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
                                              cached=path is not None and "cached" in path)
                 return fwd_bwd(module, g, x, proj, precision)
 
-            out = measure(row, timer, prepare)
+            out = measure(row, timer, prepare, cuda_graph)
             if out is not None:
                 if ref is None and precision == "fp32":
                     ref = out.to(torch.float64)
@@ -350,7 +379,8 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
                     row.rel_err = _rel_err(out, ref)
             rows.append(row)
             print(f"  {model:8s} {impl:18s} {precision:5s} "
-                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error)
+                  + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else ""), flush=True)
             del out
         del x, proj, ref
     return rows
@@ -366,7 +396,7 @@ def fwd_bwd(module: nn.Module, graph: Graph, x: torch.Tensor, proj: torch.Tensor
         with precision_scope(precision, x.device):
             out = module(graph, x)
             if out.dtype not in grad_out:
-                grad_out[out.dtype] = proj.to(out.dtype)
+                grad_out[out.dtype] = proj.to(out.dtype).view_as(out)  # GAT: [N, heads, C]
             torch.autograd.grad(out, inputs, grad_out[out.dtype])
         return out.detach()
     return step
@@ -379,11 +409,13 @@ def bar_lines(rows: list[ModelRow]) -> list[str]:
         for model, precision, target in BARS:
             (row,) = [r for r in rows if (r.graph, r.model, r.impl, r.precision) == (graph, model, "flashgnn", precision)
                       ] or [None]
-            what = f"bar {graph} {model} flashgnn {precision} >= {target:g}x the fastest PyG fp32:"
-            if row is None or row.speedup is None:
-                lines.append(f"{what} not measured")
-            else:
-                lines.append(f"{what} {row.speedup:.2f}x {'met' if row.speedup >= target else 'NOT met'}")
+            for mode, column in (("", "speedup"), (" (CUDA graphs)", "graph_speedup")):
+                what = f"bar {graph} {model} flashgnn {precision}{mode} >= {target:g}x the fastest PyG fp32:"
+                speedup = None if row is None else getattr(row, column)
+                if speedup is not None:
+                    lines.append(f"{what} {speedup:.2f}x {'met' if speedup >= target else 'NOT met'}")
+                elif not mode:
+                    lines.append(f"{what} not measured")
     return lines
 
 
@@ -406,7 +438,8 @@ def run(args) -> int:
             rows.append(ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {_describe(e)}"))
             continue
         print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
-        rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed)
+        rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed,
+                            args.cuda_graph and device.type == "cuda", _split(args.models, MODELS, "models"))
         del graph
         _free(device)
     set_speedups(rows)
