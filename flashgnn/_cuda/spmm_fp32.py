@@ -11,14 +11,16 @@ from .segments import segments_for
 from .sources import register
 
 _LAYOUTS = ((4, 1), (1, 1), (1, 2), (1, 4))  # (VW, G): features per load, loads per lane
-SOURCE = register("spmm_fp32.cu", [f"fg::spmm32::spmm_fp32<{vw}, {g}>" for vw, g in _LAYOUTS])
+_NARROW = (1, 2, 4, 8, 16)  # lanes per vector of spmm_fp32_narrow, for N up to each
+SOURCE = register("spmm_fp32.cu", [f"fg::spmm32::spmm_fp32<{vw}, {g}>" for vw, g in _LAYOUTS]
+                  + [f"fg::spmm32::spmm_fp32_narrow<{lanes}>" for lanes in _NARROW])
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _layout(n: int, x: torch.Tensor) -> tuple[int, int]:
-    """(VW, G) for N = n feature columns: 16-byte loads of 4 columns where N > 64 allows it,
-    else 1 column per load and as many loads per lane (G <= 4) as fill a 32 G-column tile."""
+    """(VW, G) for N = n > 16 feature columns: 16-byte loads of 4 columns where N > 64 allows
+    it, else 1 column per load and as many loads per lane (G <= 4) as fill a 32 G-column tile."""
     if n > 64 and n % 4 == 0 and x.data_ptr() % 16 == 0:
         return 4, 1
     return 1, (1 if n <= 32 else 2 if n <= 64 else 4)
@@ -61,12 +63,18 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     values = values.to(torch.float32).contiguous()
     seg = segments_for(row_ptr)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
-    vw, g = _layout(n, x)
-    n_tiles = -(-n // (32 * vw * g))
-    warps = seg.n_segments * n_tiles
-    launch(SOURCE, f"fg::spmm32::spmm_fp32<{vw}, {g}>", device, (-(-warps // _WARPS),), (32 * _WARPS,),
-           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
-           np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(k.bit_length() - 1),
-           np.int64(n_rows), np.int32(n), np.int32(n_tiles), ptr(x), ptr(y), ptr(workspace))
+    common = (ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
+              np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(k.bit_length() - 1), np.int64(n_rows),
+              np.int32(n))
+    if n <= _NARROW[-1]:
+        lanes = next(lanes for lanes in _NARROW if lanes >= n)
+        launch(SOURCE, f"fg::spmm32::spmm_fp32_narrow<{lanes}>", device, (-(-seg.n_segments // _WARPS),),
+               (32 * _WARPS,), *common, ptr(x), ptr(y), ptr(workspace))
+    else:
+        vw, g = _layout(n, x)
+        n_tiles = -(-n // (32 * vw * g))
+        warps = seg.n_segments * n_tiles
+        launch(SOURCE, f"fg::spmm32::spmm_fp32<{vw}, {g}>", device, (-(-warps // _WARPS),), (32 * _WARPS,),
+               *common, np.int32(n_tiles), ptr(x), ptr(y), ptr(workspace))
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y
