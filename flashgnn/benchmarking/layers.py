@@ -30,7 +30,9 @@ without PyG). A failing row records its error and the run goes on.
 With --cuda-graph every step is also captured in a CUDA graph (``timing.graphed``) and its
 replay timed ("graph ms"): GPU time without the host's launch path, which is what a step
 costs when the host is out of the way. graph x PyG fp32 = the fastest PyG fp32 time of the
-layer and graph, eager or replayed, / graph ms. A step that cannot be captured records why.
+layer and graph, eager or replayed, / graph ms. A step that cannot be captured records why
+(PyG's adj_t path copies from the host inside its sparse matmul). Meant for host-bound graphs:
+PyTorch may keep the memory pool of a failed capture, which a 60M-nonzero graph cannot spare.
 """
 from __future__ import annotations
 
