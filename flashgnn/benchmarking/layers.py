@@ -426,6 +426,7 @@ def run(args) -> int:
     if context is None:
         return 2
     device, timer, precisions, notes = context
+    models = _split(args.models, MODELS, "models")
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
     rows: list[ModelRow] = []
@@ -441,7 +442,7 @@ def run(args) -> int:
             continue
         print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
         rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed,
-                            args.cuda_graph and device.type == "cuda", _split(args.models, MODELS, "models"))
+                            args.cuda_graph and device.type == "cuda", models)
         del graph
         _free(device)
     set_speedups(rows)
