@@ -64,7 +64,7 @@ PYG_PRECISIONS = ("fp32", "fp16")
 GCN_FEATURES, AGNN_FEATURES = 128, 32
 GAT_FEATURES, GAT_HEADS = 64, 4  # 64 -> 4 heads of 16
 MODELS = ("GCNConv", "AGNNConv", "GATConv")
-DEFAULT_MODELS = "GCNConv,AGNNConv"
+DEFAULT_MODELS = ("GCNConv", "AGNNConv")
 # fp16 >= 2x the fastest PyG fp32 for GCN, >= 3x for AGNN; fp32 no slower than PyG fp32
 BARS = (("GCNConv", "fp16", 2.0), ("AGNNConv", "fp16", 3.0), ("GCNConv", "fp32", 1.0), ("AGNNConv", "fp32", 1.0))
 
@@ -248,22 +248,27 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
         _free(device)
 
 
+def _fastest_pyg(rows: list[ModelRow], precision: str, columns: tuple[str, ...]) -> dict[tuple, float]:
+    """(graph, model) -> the fastest PyG time of ``precision`` among the rows' ``columns``."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        if r.impl.startswith("PyG") and r.precision == precision:
+            for t in filter(None, (getattr(r, c) for c in columns)):
+                best[r.graph, r.model] = min(best.get((r.graph, r.model), t), t)
+    return best
+
+
 def set_speedups(rows: list[ModelRow]) -> None:
     """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) ms of its
     (graph, model) / its ms; graph_speedup = the fastest PyG fp32 time, eager or CUDA-graph
     replay, / its graph_ms."""
-    for precision, column, times, own in (("fp32", "speedup", ("ms",), "ms"), ("fp16", "speedup_fp16", ("ms",), "ms"),
-                                          ("fp32", "graph_speedup", ("ms", "graph_ms"), "graph_ms")):
-        best: dict[tuple, float] = {}
+    for column, own, best in (("speedup", "ms", _fastest_pyg(rows, "fp32", ("ms",))),
+                              ("speedup_fp16", "ms", _fastest_pyg(rows, "fp16", ("ms",))),
+                              ("graph_speedup", "graph_ms", _fastest_pyg(rows, "fp32", ("ms", "graph_ms")))):
         for r in rows:
-            for t in (getattr(r, name) for name in times):
-                if r.impl.startswith("PyG") and r.precision == precision and t:
-                    key = (r.graph, r.model)
-                    best[key] = min(best.get(key, t), t)
-        for r in rows:
-            base = best.get((r.graph, r.model))
-            if base and getattr(r, own):
-                setattr(r, column, base / getattr(r, own))
+            base, t = best.get((r.graph, r.model)), getattr(r, own)
+            if base and t:
+                setattr(r, column, base / t)
 
 
 # ---------------------------------------------------------------------- tables
@@ -340,14 +345,14 @@ def add_arguments(p) -> None:
     add_common_arguments(p)
     p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
-    p.add_argument("--models", default=DEFAULT_MODELS,
-                   help=f"comma list of {', '.join(MODELS)} (default {DEFAULT_MODELS})")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help=f"comma list of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})")
     p.add_argument("--cuda-graph", action="store_true",
                    help="also time every step replayed from a CUDA graph (GPU time without the host's launches)")
 
 
 def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
-                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS.split(",")) -> list[ModelRow]:
+                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS) -> list[ModelRow]:
     """Every row of one graph (with self-loops, on the timer's device) and of each of ``models``."""
     device = timer.device
     torch.manual_seed(seed)
