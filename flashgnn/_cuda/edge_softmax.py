@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -46,8 +46,8 @@ def _check(row_ptr, vec_mask, k, named):
 def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Tensor:
     tag, n_stats = _OPS[op]
     device = a.device
-    a = a.to(torch.float32).contiguous()
-    b = a if b is None else b.to(torch.float32).contiguous()
+    a = operand(a, torch.float32)
+    b = a if b is None else operand(b, torch.float32)
     n_slots = a.numel()
     if out is None:
         out = torch.empty(n_slots, dtype=torch.float32, device=device)

@@ -68,6 +68,14 @@ def ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
+def operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as a kernel reads it: in ``dtype`` and contiguous; ``t`` itself, without a call
+    into torch, when it already is (launchers run on every op call, on host-bound steps)."""
+    if t.dtype == dtype and t.is_contiguous():
+        return t
+    return t.to(dtype).contiguous()
+
+
 def current_stream(device: torch.device) -> int:
     """The raw handle of torch's current stream on ``device``."""
     index = device.index if device.index is not None else torch.cuda.current_device()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, operand, ptr
 from .segments import default_seg_vectors, segments_for
 from .sources import register
 from .spmm import STORAGE, WARPS_PER_BLOCK
@@ -58,8 +58,8 @@ def sddmm_operands(x, y, dtype: torch.dtype, n_slots: int):
     """(xs, ys, out, empty): x and y as contiguous ``dtype`` (converted once when x is y), the
     fp32 output [n_slots], and whether there is nothing to launch (no slots, or K = 0: the
     output is then already zeroed)."""
-    xs = x.to(dtype).contiguous()
-    ys = xs if y is x else y.to(dtype).contiguous()
+    xs = operand(x, dtype)
+    ys = xs if y is x else operand(y, dtype)
     out = torch.empty(n_slots, dtype=torch.float32, device=x.device)
     empty = n_slots == 0 or xs.shape[1] == 0
     return xs, ys, out.zero_() if empty else out, empty

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import current_stream, launch, ptr
+from .runtime import current_stream, launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -87,8 +87,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
 def dense_operands(x, values, n_rows: int, precision: str, out_dtype: torch.dtype):
     """(x in the precision's storage type, values as float32, both contiguous; the empty output
     [n_rows, N] in ``out_dtype``) for a tensor-core SpMM launch."""
-    xs = x.to(STORAGE[precision]).contiguous()
-    vals = values.to(torch.float32).contiguous()
+    xs = operand(x, STORAGE[precision])
+    vals = operand(values, torch.float32)
     return xs, vals, torch.empty(n_rows, x.shape[1], dtype=out_dtype, device=x.device)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from . import spmm as tensor_core_spmm
-from .runtime import launch, ptr
+from .runtime import launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -59,8 +59,8 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     y = torch.empty(n_rows, n, dtype=torch.float32, device=device)
     if n == 0 or n_rows == 0:
         return y
-    x = x.to(torch.float32).contiguous()
-    values = values.to(torch.float32).contiguous()
+    x = operand(x, torch.float32)
+    values = operand(values, torch.float32)
     seg = segments_for(row_ptr)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     common = (ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
