@@ -414,8 +414,9 @@ def test_precision_context(rng, monkeypatch):
 
     # tf32 runs on the k = 4 format, the others on k = 8
     widths = []
-    spmm = flashgnn.nn.gcn_conv.spmm
-    monkeypatch.setattr(flashgnn.nn.gcn_conv, "spmm", lambda a, *args, **kw: widths.append(a.k) or spmm(a, *args, **kw))
+    graph_conv = flashgnn.nn.gcn_conv.graph_conv
+    monkeypatch.setattr(flashgnn.nn.gcn_conv, "graph_conv",
+                        lambda a, *args, **kw: widths.append(a.k) or graph_conv(a, *args, **kw))
     for precision in ("tf32", "fp32", "bf16"):
         with flashgnn.precision(precision):
             conv(g, x)

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from ..graph import NORMS
-from ..ops import spmm
-from ..ops.precision import check_precision, half_storage
+from ..ops import graph_conv
+from ..ops.precision import check_precision
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
 
@@ -22,7 +22,8 @@ class GCNConv(nn.Module):
     Shapes: feat [N, in_feats] -> [N, out_feats]; ``edge_weight`` float [E] in edge-id order.
     Same constructor and forward as ``dgl.nn.GraphConv``, plus ``precision`` (None: the
     ``flashgnn.precision`` context) for the SpMM; the normalisation is folded into the
-    sparse values instead of scaling the features twice. No bipartite (tuple) input.
+    sparse values instead of scaling the features twice, and W multiplies on the narrower side
+    of the aggregation, as DGL does (``flashgnn.ops.graph_conv``). No bipartite (tuple) input.
     """
 
     def __init__(self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
@@ -58,29 +59,9 @@ class GCNConv(nn.Module):
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         values = graph.gcn_values(self.norm, k, value_dtype(feat, edge_weight), edge_weight)
-        adj = graph.adj(k)
-        # multiply by W on the narrower side of the aggregation, as DGL does
-        if weight is not None and self.in_feats > self.out_feats:
-            rst = spmm(adj, feat @ weight, precision, values=values)
-        elif weight is not None:
-            rst = spmm(adj, _autocast_operand(feat, precision), precision, values=values) @ weight
-        else:
-            rst = spmm(adj, feat, precision, values=values)
-        if self.bias is not None:
-            rst = rst + self.bias
+        rst = graph_conv(graph.adj(k), feat, weight, self.bias, precision, values=values)
         return self.activation(rst) if self.activation is not None else rst
 
     def extra_repr(self) -> str:
         return f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}"
 
-
-def _autocast_operand(feat: torch.Tensor, precision: str) -> torch.Tensor:
-    """``feat`` in autocast's dtype when autocast is on for its device and that dtype is the
-    sparse precision's (fp16, bf16): the SpMM rounds its input to that type anyway and then
-    writes the aggregate in it, which the autocast matmul after it takes without a cast (the
-    same rounding as casting an fp32 aggregate; two kernels and autograd nodes fewer)."""
-    device = feat.device.type
-    dtype = half_storage(precision)
-    if dtype is not None and torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == dtype:
-        return feat.to(dtype)
-    return feat

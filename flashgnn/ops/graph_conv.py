@@ -1,0 +1,129 @@
+"""Graph convolution's propagation and projection as one autograd node: out = A (X W) + b or
+(A X) W + b, whichever multiplies by W on the narrower side (DGL's order).
+
+The same maths as composing ``spmm`` with a matmul and a bias add (the path taken when
+compiling, or when A's values need a gradient), with the backward written out: on a graph of
+a few hundred thousand edges a layer step is bound by the host's per-op cost, and the
+composition builds five autograd nodes and three dtype casts where this builds one node.
+
+Dense products run in autocast's dtype when autocast is on for the input's device (as
+``torch.mm`` would under autocast), else in the input's dtype; the result has the type
+``(A X) W + b`` has in the composition (fp32 with an fp32 bias under autocast).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..format import MEBCRS
+from ._autograd import tracing
+from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
+from .precision import check_precision, half_storage, kernel_operands
+from .spmm import _spmm, spmm
+
+_NO_TRANSPOSE = (None,) * 5
+
+
+def _dense_dtype(feat: Tensor) -> torch.dtype:
+    """The dtype the projection runs in: autocast's on feat's device (float64 stays), else feat's."""
+    device = feat.device.type
+    if feat.dtype != torch.float64 and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return feat.dtype
+
+
+def _spmm_input(feat: Tensor, precision: str, dtype: torch.dtype) -> Tensor:
+    """``feat`` as the SpMM should read it when its result feeds a product in ``dtype``: cast
+    to ``dtype`` first when that is the SpMM's storage type (it rounds to it anyway, and then
+    writes its result in it: no cast of the aggregate)."""
+    return feat.to(dtype) if dtype == half_storage(precision) else feat
+
+
+class _GraphConv(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision):
+        dtype = _dense_dtype(feat) if weight is not None else feat.dtype
+        w = None if weight is None else weight.to(dtype)
+        project_first = w is not None and w.shape[0] > w.shape[1]
+        if project_first:
+            saved = feat.to(dtype)
+            out = _spmm(*pattern, values, torch.mm(saved, w), shape[0], k, precision, False, *_NO_TRANSPOSE)
+        else:
+            x = _spmm_input(feat, precision, dtype)
+            out = saved = _spmm(*pattern, values, x, shape[0], k, precision, x.dtype == torch.float32,
+                                *_NO_TRANSPOSE).to(dtype)
+            if w is not None:
+                out = torch.mm(saved, w)
+        if bias is not None:
+            out = out + bias
+        ctx.save_for_backward(saved, w, values, *transposed)
+        ctx.project_first, ctx.shape, ctx.k, ctx.precision = project_first, shape, k, precision
+        ctx.dtypes = feat.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        saved, w, values, t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = ctx.saved_tensors
+        need_feat, need_weight, need_bias = ctx.needs_input_grad[:3]
+        feat_dtype, weight_dtype, bias_dtype = ctx.dtypes
+        grad_bias = grad.sum(0).to(bias_dtype) if need_bias else None
+        grad_feat = grad_weight = None
+
+        def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
+            """A^T g in ``out_dtype``."""
+            values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
+            (g,) = kernel_operands(ctx.precision, g)
+            return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, g, ctx.shape[1], ctx.k, ctx.precision,
+                         out_dtype == torch.float32, *_NO_TRANSPOSE).to(out_dtype)
+
+        if w is not None:
+            grad = grad.to(w.dtype)  # the product's gradients run in its dtype
+        if ctx.project_first:  # out = A (X W): d(XW) = A^T dOut
+            if need_feat or need_weight:
+                d_xw = propagate_back(grad, w.dtype)
+                grad_weight = torch.mm(saved.t(), d_xw).to(weight_dtype) if need_weight else None
+                grad_feat = torch.mm(d_xw, w.t()).to(feat_dtype) if need_feat else None
+        else:  # out = (A X) W, or A X without weight
+            if w is not None and need_weight:
+                grad_weight = torch.mm(saved.t(), grad).to(weight_dtype)
+            if need_feat:
+                grad_feat = propagate_back(grad if w is None else torch.mm(grad, w.t()), feat_dtype)
+        return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               precision: str = "fp32", *, values: Tensor | None = None) -> Tensor:
+    """``A (feat W) + bias`` when W has more rows than columns, else ``(A feat) W + bias``.
+
+    a: MEBCRS [N, M]; feat [M, F_in] float16/bfloat16/float32/float64; weight [F_in, F_out] or
+    None (no projection); bias [F_out] (or [F_in] without weight) or None; values: A's values
+    in its value layout to use instead of ``a.values``. The SpMM runs in ``precision`` (fp32
+    accumulation), the projection in autocast's dtype when autocast is on, else in feat's.
+    Returns [N, F_out]. Differentiable once in feat, weight and bias (in values too, through the
+    composed ops, when they require a gradient).
+    """
+    check_precision(precision)
+    values = a.values if values is None else values
+    check_values("values", values, a)
+    check_dense("feat", feat, a.n_cols, a.device)
+    if weight is not None and (weight.dim() != 2 or weight.shape[0] != feat.shape[1]):
+        raise ValueError(f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}")
+    if tracing() or values.requires_grad:
+        return _composed(a, feat, weight, bias, precision, values)
+    need_t = torch.is_grad_enabled() and (feat.requires_grad or (weight is not None and weight.requires_grad))
+    return _GraphConv.apply(feat, weight, bias, values, pattern_args(a), transpose_args(a, need_t),
+                            (a.n_rows, a.n_cols), a.k, precision)
+
+
+def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None, precision: str,
+              values: Tensor) -> Tensor:
+    """``graph_conv`` from the registered ops and torch's matmul (autocast applies to it)."""
+    if weight is not None and weight.shape[0] > weight.shape[1]:
+        out = spmm(a, feat @ weight, precision, values=values)
+    elif weight is not None:
+        out = spmm(a, _spmm_input(feat, precision, _dense_dtype(feat)), precision, values=values) @ weight
+    else:
+        out = spmm(a, feat, precision, values=values)
+    return out if bias is None else out + bias
