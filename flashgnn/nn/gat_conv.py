@@ -45,6 +45,8 @@ class GATConv(nn.Module):
         self.attn_drop = nn.Dropout(attn_drop)
         self.leaky_relu = nn.LeakyReLU(negative_slope)
         self.bias = nn.Parameter(torch.empty(num_heads * out_feats)) if bias else None
+        # unit vectors e0, e1: [er, el] * e0 + e1 = [er, 1], [er, el] * e1 + e0 = [1, el]
+        self.register_buffer("_score_basis", torch.tensor([[1.0, 0.0], [0.0, 1.0]]), persistent=False)
         if not residual:
             self.res_fc = None
         elif in_feats != out_feats * num_heads:
@@ -73,17 +75,13 @@ class GATConv(nn.Module):
         heads, n = self.num_heads, feat.shape[0]
         adj = graph.adj_heads(heads, k)
         rows = adj.n_rows // heads  # the graph is square: one padded size for rows and columns
-        h = self.feat_drop(feat)
-        ft = self.fc(h).view(n, heads, self.out_feats)
-        el = (ft * self.attn_l).sum(-1, keepdim=True)  # [N, heads, 1], the source's term
-        er = (ft * self.attn_r).sum(-1, keepdim=True)  # the destination's term
-        ones = torch.ones_like(el)
-        scores = sddmm(adj, head_major(torch.cat([er, ones], -1), rows),
-                       head_major(torch.cat([ones, el], -1), rows), "fp32")
-        prob = self.attn_drop(edge_softmax(adj, self.leaky_relu(scores)))
+        h = _dropout(self.feat_drop, feat)
+        ft = head_major(self.fc(h).view(n, heads, self.out_feats), rows)  # [heads * rows, out_feats]
+        scores = sddmm(adj, *self._score_operands(ft, heads, rows), "fp32")
+        prob = _dropout(self.attn_drop, edge_softmax(adj, self.leaky_relu(scores)))
         if edge_weight is not None:
             prob = prob * graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
-        rst = node_major(spmm(adj, head_major(ft, rows), precision, values=prob), heads, n)
+        rst = node_major(spmm(adj, ft, precision, values=prob), heads, n)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h).view(h.shape[0], self.num_heads, self.out_feats)
         if self.bias is not None:
@@ -94,6 +92,20 @@ class GATConv(nn.Module):
             return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
         return rst
 
+    def _score_operands(self, ft: torch.Tensor, heads: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[er_i, 1] and [1, el_j] ([heads * rows, 2] each) from the head-major features:
+        er = attn_r . W h, el = attn_l . W h, in fp32 (the attention vectors' type) for
+        fp16/bf16 features."""
+        attn = torch.cat([self.attn_r, self.attn_l]).transpose(0, 1).unsqueeze(1)  # [heads, 1, 2, F]
+        terms = (ft.view(heads, rows, 1, -1) * attn).sum(-1).view(-1, 2)  # [er, el]
+        e0, e1 = self._score_basis
+        return torch.addcmul(e1, terms, e0), torch.addcmul(e0, terms, e1)
+
     def extra_repr(self) -> str:
         return (f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "
                 f"precision={self.precision!r}")
+
+
+def _dropout(dropout: nn.Dropout, t: torch.Tensor) -> torch.Tensor:
+    """``dropout(t)``, skipped (no op, no autograd node) when it would change nothing."""
+    return dropout(t) if dropout.training and dropout.p > 0 else t
