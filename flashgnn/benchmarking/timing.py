@@ -123,4 +123,3 @@ def graphed(fn: Callable[[], Any]) -> Callable[[], Any]:
         graph.replay()
         return out
     return replay
-

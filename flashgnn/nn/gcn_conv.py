@@ -64,4 +64,3 @@ class GCNConv(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}"
-

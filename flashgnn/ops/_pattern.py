@@ -11,6 +11,7 @@ from ._autograd import tracing
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # values -> (version, t_perm, A^T values)
+NO_TRANSPOSE = (None,) * 5  # the A^T arguments of an op call that needs no gradient
 
 
 def pattern_args(a: MEBCRS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -21,7 +22,7 @@ def transpose_args(a: MEBCRS, needed: bool) -> tuple:
     """(t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) of A^T, or five Nones when no
     gradient will need it (A^T is built once and cached on ``a``)."""
     if not needed:
-        return (None,) * 5
+        return NO_TRANSPOSE
     t = a.transpose()
     return t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, t.fmt.perm, t.src_slot
 

@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 from ..format import MEBCRS
 from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_cuda
 from ._autograd import tracing
-from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
+from ._pattern import check_dense, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
@@ -25,17 +25,16 @@ from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
 
 NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it (kernels/row_normalize.cu: EPS)
-_NO_TRANSPOSE = (None,) * 5
 
 
 class _Propagate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, beta, pattern, transposed, n_rows, k, precision):
         unit_k, feat_k, norm = _normalize(feat, precision)
-        cos = _sddmm(*pattern, unit_k, unit_k, k, precision, *_NO_TRANSPOSE)
+        cos = _sddmm(*pattern, unit_k, unit_k, k, precision, *NO_TRANSPOSE)
         prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
         wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
-        out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
         ctx.save_for_backward(feat, feat_k, beta, unit_k, norm, cos, prob, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.precision = n_rows, k, precision
         return out.to(feat.dtype)
@@ -50,7 +49,7 @@ class _Propagate(torch.autograd.Function):
         wide = feat.dtype != torch.float64
         (grad_k,) = kernel_operands(precision, grad)
         # out = P @ X: dP = SDDMM(dOut, X)
-        d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *_NO_TRANSPOSE)
+        d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *NO_TRANSPOSE)
         # P = softmax(beta * cos)
         d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
         del d_prob  # slot-sized temporaries are freed as soon as they are used (GBs on large graphs)
@@ -59,15 +58,15 @@ class _Propagate(torch.autograd.Function):
             return None, grad_beta, None, None, None, None, None
         # dX = P^T @ dOut + the path through cos
         prob_t = transposed_values(prob, t_col_idx, t_perm, t_src)
-        d_feat = _spmm(*transposed, prob_t, grad_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        d_feat = _spmm(*transposed, prob_t, grad_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
         del prob_t
         # cos = SDDMM(U, U): dU = dcos @ U + dcos^T @ U
         d_cos = d_scores * beta
         del d_scores
-        d_unit = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        d_unit = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
         d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
         del d_cos
-        d_unit += _spmm(*transposed, d_cos_t, unit_k, n_rows, k, precision, wide, *_NO_TRANSPOSE)
+        d_unit += _spmm(*transposed, d_cos_t, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
         del d_cos_t
         # U = X / max(|X|, eps)
         d_feat = _normalize_backward(feat, norm, d_unit, d_feat)

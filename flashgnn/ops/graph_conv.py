@@ -18,11 +18,10 @@ from torch.autograd.function import once_differentiable
 
 from ..format import MEBCRS
 from ._autograd import tracing
-from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
+from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .precision import check_precision, half_storage, kernel_operands
 from .spmm import _spmm, spmm
 
-_NO_TRANSPOSE = (None,) * 5
 
 
 def _dense_dtype(feat: Tensor) -> torch.dtype:
@@ -48,11 +47,11 @@ class _GraphConv(torch.autograd.Function):
         project_first = w is not None and w.shape[0] > w.shape[1]
         if project_first:
             saved = feat.to(dtype)
-            out = _spmm(*pattern, values, torch.mm(saved, w), shape[0], k, precision, False, *_NO_TRANSPOSE)
+            out = _spmm(*pattern, values, torch.mm(saved, w), shape[0], k, precision, False, *NO_TRANSPOSE)
         else:
             x = _spmm_input(feat, precision, dtype)
             out = saved = _spmm(*pattern, values, x, shape[0], k, precision, x.dtype == torch.float32,
-                                *_NO_TRANSPOSE).to(dtype)
+                                *NO_TRANSPOSE).to(dtype)
             if w is not None:
                 out = torch.mm(saved, w)
         if bias is not None:
@@ -74,9 +73,8 @@ class _GraphConv(torch.autograd.Function):
         def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
             """A^T g in ``out_dtype``."""
             values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
-            (g,) = kernel_operands(ctx.precision, g)
-            return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, g, ctx.shape[1], ctx.k, ctx.precision,
-                         out_dtype == torch.float32, *_NO_TRANSPOSE).to(out_dtype)
+            return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(ctx.precision, g),
+                         ctx.shape[1], ctx.k, ctx.precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
 
         if w is not None:
             grad = grad.to(w.dtype)  # the product's gradients run in its dtype
