@@ -67,6 +67,22 @@ def test_float64_matches_dense(f_in, f_out, bias, rng):
     _assert_close(got, _grads(reference, feat, weight, b, proj), 1e-12)
 
 
+@pytest.mark.parametrize("f_in,f_out", SHAPES[:2], ids=SHAPE_IDS[:2])
+@pytest.mark.parametrize("wanted", ["bias", "weight", "feat"])
+def test_gradient_of_one_input(f_in, f_out, wanted, rng):
+    """Only one input needs a gradient (A^T is then not built unless it is used)."""
+    a, dense = _adjacency(rng)
+    inputs = {"feat": torch.randn(a.n_cols, f_in, dtype=torch.float64),
+              "weight": torch.randn(f_in, f_out, dtype=torch.float64), "bias": torch.randn(f_out, dtype=torch.float64)}
+    inputs[wanted].requires_grad_()
+    proj = torch.randn(a.n_rows, f_out, dtype=torch.float64)
+    out = ops.graph_conv(a, inputs["feat"], inputs["weight"], inputs["bias"], values=a.values.double())
+    (got,) = torch.autograd.grad((out * proj).sum(), [inputs[wanted]])
+    ref = dense @ inputs["feat"] @ inputs["weight"] + inputs["bias"]
+    (expected,) = torch.autograd.grad((ref * proj).sum(), [inputs[wanted]])
+    assert rel_err(got, expected) < 1e-12
+
+
 @pytest.mark.parametrize("f_in,f_out", SHAPES, ids=SHAPE_IDS)
 def test_gradcheck(f_in, f_out, rng):
     a, _ = _adjacency(rng, 13, 11)
