@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashgnn import Graph
-from flashgnn.benchmarking.timing import graphed
+from flashgnn.cuda_graphs import graphed
 from flashgnn.nn import AGNNConv, GATConv, GCNConv
 from flashgnn.ops import PRECISIONS
 from flashgnn.training.precision import precision_scope

@@ -188,10 +188,16 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
     ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
     ({"model": "gcn"}, "'model' must be a mapping"),
     ({"dataset": {"root": "x"}}, "dataset.name"),
+    ({"train": {"cuda_graph": "yes"}}, "train.cuda_graph"),
 ])
 def test_bad_config_names_the_key(config, message):
     with pytest.raises(ConfigError, match=message):
         resolve_config(config)
+
+
+def test_cuda_graph_needs_a_cuda_device(tmp_path):
+    with pytest.raises(ConfigError, match="train.cuda_graph.*CUDA device.*cpu"):
+        train(small_synthetic(tmp_path, device="cpu", cuda_graph=True))
 
 
 def test_bad_model_or_dataset_keyword_is_a_config_error(tmp_path):

@@ -27,7 +27,7 @@ implementation's adjacency or format plus the call's working memory. prep ms: bu
 adjacency or format (flashgnn: ME-BCRS of A and A^T on the device; PyG: its input tensor).
 rel err: ||out - ref|| / ||ref|| of the forward output, ref = PyG fp32 (flashgnn fp32
 without PyG). A failing row records its error and the run goes on.
-With --cuda-graph every step is also captured in a CUDA graph (``timing.graphed``) and its
+With --cuda-graph every step is also captured in a CUDA graph (``cuda_graphs.graphed``) and its
 replay timed ("graph ms"): GPU time without the host's launch path, which is what a step
 costs when the host is out of the way. graph x PyG fp32 = the fastest PyG fp32 time of the
 layer and graph, eager or replayed, / graph ms. A step that cannot be captured records why
@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from .. import nn as fnn
+from ..cuda_graphs import graphed
 from ..graph import Graph
 from ..ops import PRECISIONS
 from ..precision_context import block_width
@@ -57,7 +58,7 @@ from ..training.precision import precision_scope
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, GENERATED, data_dir, load_graph, resolve_names
 from .kernels import QUICK_SCALE, _describe, _rel_err, _split, environment
-from .timing import Timer, graphed
+from .timing import Timer
 
 DEFAULT_GRAPHS = "powerlaw_products,musae_github"
 PYG_PRECISIONS = ("fp32", "fp16")

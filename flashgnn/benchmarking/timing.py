@@ -103,23 +103,3 @@ class Timer:
         samples = [start.elapsed_time(end) for start, end in events]
         return Measurement(statistics.median(samples), samples, extra, result)
 
-
-def graphed(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` (work on the current CUDA device) captured in a CUDA graph, torch's recipe: two
-    warm-up calls on a side stream, then the capture. Returns ``replay()``, which reruns the
-    captured work on the current stream and returns the outputs of the captured call (the
-    same tensors each time, overwritten by each replay)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-
-    def replay():
-        graph.replay()
-        return out
-    return replay

@@ -6,7 +6,7 @@ A config has four sections and two top-level keys::
     self_loops: true          # add a self-loop to every node before training
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
     model: {name: gcn, ...}      # build_model's name and keyword arguments
-    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress}
+    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress, cuda_graph}
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ DEFAULTS = {
         "device": "auto",  # "auto": cuda when available, else cpu
         "eval_every": 1,
         "progress": None,  # the tqdm bar: null shows it on a terminal only
+        "cuda_graph": False,  # after two eager epochs, replay each step and evaluation from a CUDA graph
     },
     "output": {"root": "runs", "dir": None},
 }
@@ -145,6 +146,7 @@ def resolve_config(config: dict) -> dict:
              t["device"])
     _require(_is_int(t["eval_every"]) and t["eval_every"] >= 1, "train.eval_every", "an integer >= 1",
              t["eval_every"])
+    _require(isinstance(t["cuda_graph"], bool), "train.cuda_graph", "true or false", t["cuda_graph"])
     _require(t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"])
     _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
     if cfg["name"] is None:

@@ -24,6 +24,7 @@ import yaml
 from tqdm import tqdm
 
 from .. import __version__
+from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
 from ..data import Dataset, load_dataset
 from ..graph import Graph
 from ..precision_context import block_width
@@ -105,12 +106,22 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Ten
     return F.cross_entropy(logits, y)
 
 
-def train_step(model, graph, x, y, mask, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
-    """One full-graph step: forward in ``precision``, loss on ``mask``, scaled backward, the
-    optimizer step. Returns the loss (a device tensor: reading it synchronises)."""
+def make_optimizer(parameters, lr: float, weight_decay: float, device: torch.device,
+                   capturable: bool = False) -> torch.optim.Adam:
+    """Adam; on CUDA the fused kernel (one launch per step, and loss scaling without a host
+    synchronisation), ``capturable`` for steps replayed from a CUDA graph."""
+    fused = device.type == "cuda"
+    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=fused, capturable=capturable)
+
+
+def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
+    """One full-graph step: forward in ``precision``, loss on the nodes ``index`` (int64)
+    whose labels are ``y_index``, scaled backward, the optimizer step. Returns the loss (a
+    device tensor: reading it synchronises). Nothing in it synchronises, so a CUDA graph can
+    capture it."""
     optimizer.zero_grad(set_to_none=True)
     with precision_scope(precision, x.device):
-        loss = _loss(model(graph, x)[mask], y[mask], multi_label)
+        loss = _loss(model(graph, x).index_select(0, index), y_index, multi_label)
         scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
@@ -162,11 +173,6 @@ class _MetricsLog:
             csv.DictWriter(f, CSV_FIELDS).writerow(row)
 
 
-def _scores(model, graph, x, y, masks, dataset: Dataset, precision: str, device) -> dict:
-    model.eval()
-    with torch.no_grad(), precision_scope(precision, device):
-        logits = model(graph, x).float()
-    return {split: dataset.evaluate(logits, y, mask) for split, mask in zip(SPLITS, masks)}
 
 
 def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | None = None,
@@ -179,6 +185,8 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     cfg = resolve_config(config)
     t = cfg["train"]
     device = resolve_device(t["device"])
+    if t["cuda_graph"] and device.type != "cuda":
+        raise ConfigError(f"config key 'train.cuda_graph' needs a CUDA device, but the run is on {device}")
     precision = t["precision"]
     run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
     if resume is not None and not (run_dir / checkpoint.LAST).is_file():
@@ -203,13 +211,15 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     graph_seconds = time.perf_counter() - tic
 
     model = build_configured_model(cfg["model"], dataset).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=t["lr"], weight_decay=t["weight_decay"])
+    optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device, capturable=t["cuda_graph"])
     scaler = grad_scaler(precision, device)
     stopper = EarlyStopping(t["patience"])
     start_epoch, epoch_times = 0, []
     if resume is not None:
         state = checkpoint.load(run_dir / checkpoint.LAST, device)
         model.load_state_dict(state["model"])
+        for saved, group in zip(state["optimizer"]["param_groups"], optimizer.param_groups):
+            saved.update(fused=group["fused"], capturable=group["capturable"])  # this run's kernels
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         stopper.load_state_dict(state["early_stopping"])
@@ -219,14 +229,26 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    train_mask = masks[0]
+    train_index = masks[0].nonzero().flatten()
+    y_train = y.index_select(0, train_index)
+
+    def step() -> torch.Tensor:
+        return train_step(model, graph, x, y_train, train_index, optimizer, scaler, precision,
+                          dataset.multi_label).detach()
+
+    def logits() -> torch.Tensor:
+        with torch.no_grad(), precision_scope(precision, device):
+            return model(graph, x).float()
+
+    if t["cuda_graph"]:
+        step, logits = CudaGraphStep(step), CudaGraphStep(logits)
     bar = tqdm(range(start_epoch, t["epochs"]), initial=start_epoch, total=t["epochs"], desc=cfg["name"],
                disable=None if t["progress"] is None else not t["progress"])
     epoch = start_epoch - 1
     for epoch in bar:
         tic = time.perf_counter()
         model.train()
-        loss = train_step(model, graph, x, y, train_mask, optimizer, scaler, precision, dataset.multi_label)
+        loss = step()
         _sync(device)
         epoch_times.append(time.perf_counter() - tic)
 
@@ -236,7 +258,9 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
                                      "the run diverged (try a lower train.lr or another precision)")
         if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
             tic = time.perf_counter()
-            scores = _scores(model, graph, x, y, masks, dataset, precision, device)
+            model.eval()
+            out = logits()
+            scores = {split: dataset.evaluate(out, y, mask) for split, mask in zip(SPLITS, masks)}
             row.update(scores, eval_time_s=time.perf_counter() - tic)
             if stopper.update(scores["val"], epoch):
                 checkpoint.save(run_dir / checkpoint.BEST, {"epoch": epoch + 1, "model": model.state_dict(),
@@ -264,7 +288,7 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
         "stopped_early": epoch + 1 < t["epochs"], "resumed_from_epoch": start_epoch if resume is not None else None,
         "load_s": load_seconds, "graph_s": graph_seconds,
         "preprocess_s": (load_seconds or 0.0) + graph_seconds,
-        **_time_stats(epoch_times),
+        **_time_stats(epoch_times, 1 + (WARMUP_CALLS if t["cuda_graph"] else 0)),
         "peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "total_s": time.perf_counter() - started,
@@ -274,9 +298,10 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     return summary
 
 
-def _time_stats(epoch_times: list[float]) -> dict:
-    """Mean and median epoch time without the first epoch (it builds lazily cached tables and
-    compiles kernels), and the first epoch alone."""
-    steady = epoch_times[1:] or epoch_times
+def _time_stats(epoch_times: list[float], warm: int) -> dict:
+    """Mean and median epoch time without the first ``warm`` epochs (the first builds lazily
+    cached tables and compiles kernels; with train.cuda_graph the eager warm-up epochs and the
+    capture come before the replays), and the first epoch alone."""
+    steady = epoch_times[warm:] or epoch_times
     return {"epoch_time_s": statistics.fmean(steady), "epoch_time_median_s": statistics.median(steady),
             "first_epoch_s": epoch_times[0]}
