@@ -31,7 +31,9 @@ ms + prep/200: the epoch with the preprocessing amortised over a 200-epoch run. 
 x PyG fp16: the fastest PyG fp32 / fp16 epoch of the (graph, model) / ms. peak MB: device
 memory allocated at the peak of the timed epochs beyond the dataset (model, optimizer state,
 adjacency or format, activations). A failing configuration (out of memory on the largest
-graphs, say) records its error in its row and the run goes on.
+graphs, say) records its error in its row and the run goes on. With --cuda-graph every epoch
+is also captured in a CUDA graph and its replay timed (graph ms, graph x PyG fp32 against the
+fastest PyG fp32 epoch, eager or replayed; PyG's adj_t path cannot be captured).
 """
 from __future__ import annotations
 
@@ -132,7 +134,8 @@ def run(args) -> int:
             arch, kwargs, pyg_paths, described = MODELS[key]
             torch.manual_seed(args.seed)
             model = build_model(arch, data.num_features, data.num_classes, **kwargs).to(device)
-            rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, with_pyg)
+            rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, with_pyg,
+                                args.cuda_graph and device.type == "cuda")
             del model
         del data
         _free(device)

@@ -249,6 +249,12 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
         _free(device)
 
 
+def timings(row: ModelRow) -> str:
+    """The row's time, and its replay's, or its error: for progress lines."""
+    return ((f"{row.ms:9.3f} ms" if row.ms is not None else str(row.error))
+            + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else ""))
+
+
 def _fastest_pyg(rows: list[ModelRow], precision: str, columns: tuple[str, ...]) -> dict[tuple, float]:
     """(graph, model) -> the fastest PyG time of ``precision`` among the rows' ``columns``."""
     best: dict[tuple, float] = {}
@@ -317,6 +323,8 @@ def add_common_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)")
     p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 10, quick 3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="also time every step replayed from a CUDA graph (GPU time without the host's launches)")
 
 
 def setup(args, name: str) -> tuple[torch.device, Timer, list[str], list[str]] | None:
@@ -348,8 +356,6 @@ def add_arguments(p) -> None:
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
                    help=f"comma list of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="also time every step replayed from a CUDA graph (GPU time without the host's launches)")
 
 
 def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
@@ -386,9 +392,7 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
                 if ref is not None:
                     row.rel_err = _rel_err(out, ref)
             rows.append(row)
-            print(f"  {model:8s} {impl:18s} {precision:5s} "
-                  + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error)
-                  + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else ""), flush=True)
+            print(f"  {model:8s} {impl:18s} {precision:5s} {timings(row)}", flush=True)
             del out
         del x, proj, ref
     return rows

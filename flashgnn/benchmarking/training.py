@@ -19,7 +19,9 @@ ms: median epoch time after warm-up epochs (``timing.Timer``). speedup = the fas
 fp32 epoch of the model / epoch. peak MB: device memory allocated at the peak of the timed
 epochs beyond the dataset (features, labels, graph CSR): model, optimizer state, adjacency
 or format, activations. prep ms: building the format (flashgnn: ME-BCRS of A and A^T) or
-PyG's input tensor. A failing row records its error and the run goes on.
+PyG's input tensor. With --cuda-graph every epoch is also captured in a CUDA graph and its
+replay timed (graph ms; see ``bench layers``). A failing row records its error and the run
+goes on.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from ..training.loop import make_optimizer, train_step
 from ..training.precision import grad_scaler
 from .kernels import QUICK_SCALE, _split
 from .layers import ModelRow, add_common_arguments, implementations, measure, module_and_graph, pyg_runs
-from .layers import report, set_speedups, setup
+from .layers import report, set_speedups, setup, timings
 
 SYNTHETIC = dict(num_nodes=2_449_029, avg_degree=25.0, num_classes=47, num_features=100, homophily=0.7,
                  feature_signal=0.1)
@@ -76,9 +78,10 @@ def on_device(data: Dataset, device: torch.device) -> Dataset:
 
 
 def bench_model(label: str, described: str, model, pyg_paths, data: Dataset, timer, precisions: list[str],
-                with_pyg: bool) -> list[ModelRow]:
+                with_pyg: bool, cuda_graph: bool = False) -> list[ModelRow]:
     """The rows of one model (flashgnn, built) on one dataset (``on_device``): an epoch of
-    flashgnn in every precision and of the PyG twin fed each of ``pyg_paths``."""
+    flashgnn in every precision and of the PyG twin fed each of ``pyg_paths``; with
+    ``cuda_graph`` also each epoch replayed from a CUDA graph."""
     rows = []
     for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
         row = ModelRow(label, described, impl, precision)
@@ -87,10 +90,9 @@ def bench_model(label: str, described: str, model, pyg_paths, data: Dataset, tim
             module, g = module_and_graph(model, data.graph, precision, path, cached=True)
             return training_step(module, g, data.x, data.y, data.train_mask, precision, data.multi_label)
 
-        measure(row, timer, prepare)
+        measure(row, timer, prepare, cuda_graph)
         rows.append(row)
-        print(f"  {described:18s} {impl:16s} {precision:5s} "
-              + (f"{row.ms:9.3f} ms" if row.ms is not None else row.error), flush=True)
+        print(f"  {described:18s} {impl:16s} {precision:5s} {timings(row)}", flush=True)
     return rows
 
 
@@ -122,7 +124,8 @@ def run(args) -> int:
         torch.manual_seed(args.seed)
         model = build_model(name, data.num_features, data.num_classes, **kwargs).to(device)
         described = f"{name} {kwargs['num_layers']}x{kwargs['hidden_feats']}"
-        rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, pyg_runs(args, notes))
+        rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, pyg_runs(args, notes),
+                            args.cuda_graph and device.type == "cuda")
         del model
     set_speedups(rows)
     return report(rows, notes, args, "Training benchmark (full-graph epochs)", __doc__.split("\n\n", 1)[1], timer)

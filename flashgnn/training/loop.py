@@ -106,12 +106,12 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Ten
     return F.cross_entropy(logits, y)
 
 
-def make_optimizer(parameters, lr: float, weight_decay: float, device: torch.device,
-                   capturable: bool = False) -> torch.optim.Adam:
-    """Adam; on CUDA the fused kernel (one launch per step, and loss scaling without a host
-    synchronisation), ``capturable`` for steps replayed from a CUDA graph."""
-    fused = device.type == "cuda"
-    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=fused, capturable=capturable)
+def make_optimizer(parameters, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Adam:
+    """Adam; on CUDA the fused kernel (one launch per step, loss scaling without a host
+    synchronisation), which a CUDA graph can capture (for it ``capturable`` only allows the
+    capture; the kernel is the same)."""
+    cuda = device.type == "cuda"
+    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=cuda, capturable=cuda)
 
 
 def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
@@ -211,7 +211,7 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     graph_seconds = time.perf_counter() - tic
 
     model = build_configured_model(cfg["model"], dataset).to(device)
-    optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device, capturable=t["cuda_graph"])
+    optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device)
     scaler = grad_scaler(precision, device)
     stopper = EarlyStopping(t["patience"])
     start_epoch, epoch_times = 0, []
