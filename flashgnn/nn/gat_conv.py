@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from ..block_diagonal import head_major, node_major
-from ..ops import edge_softmax, sddmm, spmm
+from ..ops import gat_attention
 from ..ops.precision import check_precision
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
@@ -15,12 +15,12 @@ class GATConv(nn.Module):
     r"""``h_i' = sum_{j -> i} a_ij W h_j`` per head, with ``a_i. = softmax_j(e_ij)`` over the
     in-edges of i and ``e_ij = leaky_relu(attn_l . W h_j + attn_r . W h_i)``.
 
-    Every head runs in the same launches, on diag(A, ..., A) (``Graph.adj_heads``): the
-    scores ``e_ij = er_i + el_j`` are an fp32 SDDMM of rank 2 ([er_i, 1] . [1, el_j]), exact
-    and with a backward that sums over rows and columns by SpMM (no scatter, deterministic);
-    then one edge softmax and one SpMM of width out_feats. ``attn_drop`` drops attention
-    values; ``edge_weight`` [E] (edge-id order) multiplies them after dropout, as DGL does;
-    the graph's own weights are not used.
+    Every head runs in the same launches, on diag(A, ..., A) (``Graph.adj_heads``), through
+    ``ops.gat_attention``: the scores ``e_ij = er_i + el_j`` are an fp32 SDDMM of rank 2
+    ([er_i, 1] . [1, el_j]), exact and with a backward that sums over rows and columns by
+    SpMM (no scatter, deterministic); then one edge softmax and one SpMM of width out_feats,
+    as one autograd node. ``attn_drop`` drops attention values; ``edge_weight`` [E] (edge-id
+    order) multiplies them after dropout, as DGL does; the graph's own weights are not used.
 
     Shapes: feat [N, in_feats] -> [N, num_heads, out_feats]; with ``get_attention`` also the
     attention [E, num_heads, 1] in edge-id order. DGL's constructor and forward
@@ -45,8 +45,6 @@ class GATConv(nn.Module):
         self.attn_drop = nn.Dropout(attn_drop)
         self.leaky_relu = nn.LeakyReLU(negative_slope)
         self.bias = nn.Parameter(torch.empty(num_heads * out_feats)) if bias else None
-        # unit vectors e0, e1: [er, el] * e0 + e1 = [er, 1], [er, el] * e1 + e0 = [1, el]
-        self.register_buffer("_score_basis", torch.tensor([[1.0, 0.0], [0.0, 1.0]]), persistent=False)
         if not residual:
             self.res_fc = None
         elif in_feats != out_feats * num_heads:
@@ -77,11 +75,14 @@ class GATConv(nn.Module):
         rows = adj.n_rows // heads  # the graph is square: one padded size for rows and columns
         h = _dropout(self.feat_drop, feat)
         ft = head_major(self.fc(h).view(n, heads, self.out_feats), rows)  # [heads * rows, out_feats]
-        scores = sddmm(adj, *self._score_operands(ft, heads, rows), "fp32")
-        prob = _dropout(self.attn_drop, edge_softmax(adj, self.leaky_relu(scores)))
+        weights = None
         if edge_weight is not None:
-            prob = prob * graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
-        rst = node_major(spmm(adj, ft, precision, values=prob), heads, n)
+            weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
+        drop = self.attn_drop.p if self.attn_drop.training else 0.0
+        result = gat_attention(adj, ft, self._score_terms(ft, heads, rows), self.leaky_relu.negative_slope, drop,
+                               precision, edge_values=weights, return_attention=get_attention)
+        out, prob = result if get_attention else (result, None)
+        rst = node_major(out, heads, n)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h).view(h.shape[0], self.num_heads, self.out_feats)
         if self.bias is not None:
@@ -92,14 +93,11 @@ class GATConv(nn.Module):
             return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
         return rst
 
-    def _score_operands(self, ft: torch.Tensor, heads: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """[er_i, 1] and [1, el_j] ([heads * rows, 2] each) from the head-major features:
-        er = attn_r . W h, el = attn_l . W h, in fp32 (the attention vectors' type) for
-        fp16/bf16 features."""
+    def _score_terms(self, ft: torch.Tensor, heads: int, rows: int) -> torch.Tensor:
+        """[er, el] [heads * rows, 2] from the head-major features: er = attn_r . W h,
+        el = attn_l . W h, in fp32 (the attention vectors' type) for fp16/bf16 features."""
         attn = torch.cat([self.attn_r, self.attn_l]).transpose(0, 1).unsqueeze(1)  # [heads, 1, 2, F]
-        terms = (ft.view(heads, rows, 1, -1) * attn).sum(-1).view(-1, 2)  # [er, el]
-        e0, e1 = self._score_basis
-        return torch.addcmul(e1, terms, e0), torch.addcmul(e0, terms, e1)
+        return (ft.view(heads, rows, 1, -1) * attn).sum(-1).view(-1, 2)
 
     def extra_repr(self) -> str:
         return (f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "

@@ -1,0 +1,134 @@
+"""GAT's attention and aggregation as one autograd node: out = P @ H with
+P = dropout(edge_softmax(leaky_relu(er_i + el_j))) on A's pattern.
+
+The same maths as composing ``sddmm``, ``edge_softmax``, dropout and ``spmm`` (the path taken
+when compiling, when the attention is returned, or when edge weights need a gradient), with
+the backward written out. Besides building no intermediate autograd node, it saves only the
+softmax output and the dropout mask: the scores are recomputed in the backward (a rank-2
+SDDMM), and the dropped attention is rebuilt from P and the mask. In A's value layout a
+per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
+per vector, so each tensor not kept matters on large graphs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..format import MEBCRS
+from ._autograd import tracing
+from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
+from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
+from .precision import check_precision, kernel_operands
+from .sddmm import _sddmm, sddmm
+from .spmm import _spmm, spmm
+
+
+def _score_operands(terms: Tensor) -> tuple[Tensor, Tensor]:
+    """[er, 1] and [1, el] from terms = [er, el] [n, 2]: their SDDMM is er_i + el_j, exact in fp32."""
+    return F.pad(terms[:, :1], (0, 1), value=1.0), F.pad(terms[:, 1:], (1, 0), value=1.0)
+
+
+def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
+              k: int) -> Tensor:
+    """sum_j values[slot(i, j)] for every row i, [n_rows]: an exact fp32 (or float64) SpMM with ones."""
+    ones = values.new_ones(n_cols, 1)
+    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE).view(-1)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ft, terms, edge_values, pattern, transposed, n_rows, k, slope, drop, precision):
+        left, right = _score_operands(terms)
+        scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
+        prob = _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k)
+        del scores
+        keep = None
+        if drop > 0:
+            dropped, keep = torch.native_dropout(prob, drop, True)
+        else:
+            dropped = prob
+        if edge_values is not None:
+            dropped = dropped * edge_values
+        (ft_k,) = kernel_operands(precision, ft)
+        out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, False, *NO_TRANSPOSE)
+        ctx.save_for_backward(ft_k, left, right, prob, keep, edge_values, *pattern, *transposed)
+        ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
+        ctx.ft_dtype = ft.dtype
+        return out.to(ft.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        ft_k, left, right, prob, keep, edge_values, *rest = ctx.saved_tensors
+        pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
+        transposed = (t_row_ptr, t_col_idx, t_vec_mask)
+        n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
+        need_ft, need_terms = ctx.needs_input_grad[:2]
+        (grad_k,) = kernel_operands(precision, grad)
+        scale = None if keep is None else 1.0 / (1.0 - ctx.drop)
+
+        def dropped_weights(t: Tensor) -> Tensor:
+            """d(out)/d(prob) as a factor per slot: the dropout's mask and scale, the edge values."""
+            if keep is not None:
+                t = torch.ops.aten.native_dropout_backward(t, keep, scale)
+            return t if edge_values is None else t * edge_values
+
+        grad_ft = grad_terms = None
+        if need_ft:  # out = P' @ H: dH = P'^T @ dOut
+            dropped_t = transposed_values(dropped_weights(prob), t_col_idx, t_perm, t_src)
+            grad_ft = _spmm(*transposed, dropped_t, grad_k, ft_k.shape[0], k, precision,
+                            ctx.ft_dtype == torch.float32, *NO_TRANSPOSE).to(ctx.ft_dtype)
+            del dropped_t
+        if need_terms:
+            d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE))
+            d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
+            del d_prob
+            scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
+            d_scores = torch.ops.aten.leaky_relu_backward(d_scores, scores, ctx.slope, False)
+            del scores
+            # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
+            d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
+            grad_terms = torch.stack([_row_sums(*pattern, d_scores, n_rows, n_rows, k),
+                                      _row_sums(*transposed, d_t, n_rows, n_rows, k)], 1).to(left.dtype)
+        return grad_ft, grad_terms, None, None, None, None, None, None, None, None
+
+
+def gat_attention(a: MEBCRS, ft: Tensor, terms: Tensor, negative_slope: float = 0.2, attn_drop: float = 0.0,
+                  precision: str = "fp32", *, edge_values: Tensor | None = None,
+                  return_attention: bool = False):
+    """``P @ ft`` with ``P = dropout(edge_softmax(a, leaky_relu(er_i + el_j)))`` [* edge_values].
+
+    a: MEBCRS [N, N] (for several heads, ``Graph.adj_heads``); ft [N, F] float16/bfloat16/
+    float32/float64; terms [N, 2] = [er, el] float32 (float64 with float64 ft); attn_drop:
+    the dropout probability on the attention (0: none; the caller passes 0 in eval mode);
+    edge_values: constant or differentiable factors in A's value layout applied after the
+    dropout. Scores and softmax run in fp32 (float64 for float64 inputs), exact; the
+    aggregation in ``precision``. Returns [N, F] in ft's dtype, with ``return_attention`` also
+    P [8 * n_vectors] (differentiable). Differentiable once in ft and terms (the composed ops,
+    used when compiling, also give second derivatives).
+    """
+    check_precision(precision)
+    check_dense("ft", ft, a.n_cols, a.device)
+    check_dense("terms", terms, a.n_rows, a.device)
+    if a.n_rows != a.n_cols or terms.shape[1] != 2:
+        raise ValueError(f"GAT attention needs a square adjacency and terms [N, 2], got {a.n_rows} x {a.n_cols} "
+                         f"and {tuple(terms.shape)}")
+    if not 0.0 <= attn_drop <= 1.0:
+        raise ValueError(f"attn_drop must be a probability, got {attn_drop}")
+    if edge_values is not None:
+        check_values("edge_values", edge_values, a)
+    composed = (tracing() or return_attention or attn_drop == 1.0
+                or (edge_values is not None and edge_values.requires_grad))
+    if composed:
+        prob = edge_softmax(a, F.leaky_relu(sddmm(a, *_score_operands(terms), "fp32"), negative_slope))
+        if attn_drop > 0:
+            prob = F.dropout(prob, attn_drop)
+        if edge_values is not None:
+            prob = prob * edge_values
+        out = spmm(a, ft, precision, values=prob)
+        return (out, prob) if return_attention else out
+    need_t = torch.is_grad_enabled() and (ft.requires_grad or terms.requires_grad)
+    return _Attention.apply(ft, terms, edge_values, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k,
+                            float(negative_slope), float(attn_drop), precision)

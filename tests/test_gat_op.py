@@ -1,0 +1,154 @@
+"""ops.gat_attention (one autograd node with a written-out backward) against dense float64
+maths, against the composition of the public sddmm, edge_softmax, dropout and spmm ops (which
+autograd differentiates) in every precision, with dropout and edge values; float64 gradcheck;
+what the node keeps for its backward; GPU kernels against the composition."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from flashgnn import ops
+from flashgnn.format import MEBCRS
+from flashgnn.ops import PRECISIONS
+from tests.helpers import GPU, random_csr, rel_err
+
+BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
+
+
+def _adjacency(rng, n=45, k=8, device="cpu", empty_row=None):
+    a = (random_csr(n, n, 0.12, rng) + sp.eye(n)).tocsr()  # directed, with self-loops
+    if empty_row is not None:
+        keep = np.ones(n)
+        keep[empty_row] = 0
+        a = (sp.diags(keep) @ a).tocsr()
+        a.eliminate_zeros()
+    a.sort_indices()
+    return MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices),
+                           torch.from_numpy(a.data).float(), n_cols=n, k=k, device=device), a
+
+
+def _composed(a, ft, terms, slope, drop, precision, edge_values=None):
+    return ops.gat_attention(a, ft, terms, slope, drop, precision, edge_values=edge_values, return_attention=True)[0]
+
+
+def _run(fn, a, ft, terms, precision, proj, drop=0.0, edge_values=None, seed=0):
+    ft = ft.clone().requires_grad_()
+    terms = terms.clone().requires_grad_()
+    torch.manual_seed(seed)  # the same dropout draws for both paths
+    out = fn(a, ft, terms, 0.15, drop, precision, edge_values=edge_values)
+    grads = torch.autograd.grad((out * proj).sum(), [ft, terms])
+    return (out.detach(), *grads)
+
+
+def test_float64_matches_dense_attention(rng):
+    a, csr = _adjacency(rng, n=30, empty_row=4)
+    ft = torch.randn(30, 6, dtype=torch.float64)
+    terms = torch.randn(30, 2, dtype=torch.float64)
+    out = ops.gat_attention(a, ft, terms, 0.2)
+    mask = torch.from_numpy(csr.toarray() != 0)
+    scores = F.leaky_relu(terms[:, :1] + terms[:, 1:].t(), 0.2).masked_fill(~mask, float("-inf"))
+    prob = torch.softmax(scores, 1).nan_to_num(0.0)  # row 4 has no neighbour: its output is 0
+    assert rel_err(out, prob @ ft) <= 1e-12
+    assert torch.equal(out[4], torch.zeros(6, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("k", [8, 4])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_matches_the_composed_ops(precision, k, rng):
+    a, _ = _adjacency(rng, k=k)
+    ft, terms, proj = torch.randn(a.n_rows, 12), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 12)
+    fused = _run(ops.gat_attention, a, ft, terms, precision, proj)
+    composed = _run(_composed, a, ft, terms, precision, proj)
+    for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
+        assert rel_err(f, c) <= 1e-5, name
+
+
+@pytest.mark.parametrize("with_values", [False, True], ids=["plain", "edge values"])
+def test_dropout_and_edge_values_match_the_composed_ops(with_values, rng):
+    """Both paths draw the same dropout mask from the same seed (torch.native_dropout is what
+    F.dropout runs), so the results agree; the dropout does change the result."""
+    a, _ = _adjacency(rng)
+    ft, terms, proj = torch.randn(a.n_rows, 7), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 7)
+    values = torch.rand(a.n_slots) + 0.5 if with_values else None
+    fused = _run(ops.gat_attention, a, ft, terms, "fp32", proj, drop=0.4, edge_values=values)
+    composed = _run(_composed, a, ft, terms, "fp32", proj, drop=0.4, edge_values=values)
+    undropped = _run(ops.gat_attention, a, ft, terms, "fp32", proj, edge_values=values)
+    for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
+        assert rel_err(f, c) <= 1e-6, name
+    assert rel_err(fused[0], undropped[0]) > 0.1
+
+
+def test_gradcheck(rng):
+    a, _ = _adjacency(rng, n=21, empty_row=2)
+    ft = torch.randn(a.n_rows, 3, dtype=torch.float64, requires_grad=True)
+    terms = torch.randn(a.n_rows, 2, dtype=torch.float64, requires_grad=True)
+    values = torch.rand(a.n_slots, dtype=torch.float64) + 0.5
+
+    def fn(x, t):
+        torch.manual_seed(0)  # one dropout mask for every evaluation
+        return ops.gat_attention(a, x, t, 0.1, 0.3, edge_values=values)
+    assert torch.autograd.gradcheck(fn, (ft, terms))
+
+
+def test_keeps_one_slot_sized_tensor_and_the_mask(rng):
+    """The node saves the softmax output (and the dropout mask, 1 byte a slot) of the tensors as
+    large as A's value layout; the composition saves the scores, the softmax output, the
+    mask and the dropped attention."""
+    a, _ = _adjacency(rng)
+    ft = torch.randn(a.n_rows, 8, requires_grad=True)
+    terms = torch.randn(a.n_rows, 2, requires_grad=True)
+
+    def saved_slot_tensors(return_attention):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            ops.gat_attention(a, ft, terms, 0.2, 0.5, return_attention=return_attention)
+        return {(t.data_ptr(), str(t.dtype)) for t in saved if t.numel() == a.n_slots}
+
+    assert sorted(dtype for _, dtype in saved_slot_tensors(False)) == ["torch.bool", "torch.float32"]
+    assert len(saved_slot_tensors(True)) >= 4
+
+
+def test_no_dropout_without_a_probability(rng):
+    a, _ = _adjacency(rng)
+    ft, terms = torch.randn(a.n_rows, 4), torch.randn(a.n_rows, 2)
+    torch.manual_seed(1)
+    first = ops.gat_attention(a, ft, terms)
+    torch.manual_seed(2)
+    assert torch.equal(first, ops.gat_attention(a, ft, terms))
+    assert torch.equal(ops.gat_attention(a, ft, terms, attn_drop=1.0), torch.zeros_like(first))
+
+
+def test_bad_input(rng):
+    a, _ = _adjacency(rng)
+    ft, terms = torch.randn(a.n_rows, 4), torch.randn(a.n_rows, 2)
+    with pytest.raises(ValueError, match=r"terms \[N, 2\]"):
+        ops.gat_attention(a, ft, torch.randn(a.n_rows, 3))
+    with pytest.raises(ValueError, match="terms must have"):
+        ops.gat_attention(a, ft, terms[:-1])
+    with pytest.raises(ValueError, match="attn_drop must be a probability"):
+        ops.gat_attention(a, ft, terms, attn_drop=1.5)
+    with pytest.raises(ValueError, match="edge_values must have shape"):
+        ops.gat_attention(a, ft, terms, edge_values=torch.ones(3))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        ops.gat_attention(a, ft, terms, precision="fp8")
+
+
+@pytest.mark.parametrize("precision", [pytest.param(p, marks=GPU) for p in PRECISIONS])
+def test_gpu_matches_the_composition(precision, rng):
+    """On the GPU both paths draw the same mask too (F.dropout runs torch.native_dropout's
+    kernel), and the node's kernels agree with the CPU path."""
+    cpu, _ = _adjacency(rng, n=300, k=4 if precision == "tf32" else 8)
+    gpu = cpu.to("cuda")
+    ft, terms, proj = torch.randn(cpu.n_rows, 33), torch.randn(cpu.n_rows, 2), torch.randn(cpu.n_rows, 33)
+    args = (ft.cuda(), terms.cuda(), precision, proj.cuda())
+    fused = _run(ops.gat_attention, gpu, *args, drop=0.3)
+    composed = _run(_composed, gpu, *args, drop=0.3)
+    for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
+        assert rel_err(f, c) <= 1e-5, name
+    ref = _run(ops.gat_attention, cpu, ft, terms, precision, proj)
+    got = _run(ops.gat_attention, gpu, *args)
+    for name, g, r in zip(("out", "d ft", "d terms"), got, ref):
+        assert rel_err(g, r) <= BOUND[precision], name
