@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 
 from flashgnn import Graph
 from flashgnn.graph import as_graph
@@ -197,6 +198,17 @@ def test_adj_cached_per_block_width_and_shared_by_to(rng):
     assert g.gcn_values("both", 8) is g.gcn_values("both", 8)
     moved = g.to("cpu")
     assert isinstance(moved, Graph) and moved is not g and moved.adj(8) is a8
+
+
+@pytest.mark.parametrize("k", [8, 4])
+def test_adj_heads_cached_and_one_head_is_adj(k, rng):
+    src, dst, _ = random_edges(30, 0.1, rng)
+    g = Graph.from_edge_index(torch.stack([src, dst]), 30)
+    assert g.adj_heads(1, k) is g.adj(k)  # no copy of A or A^T for a single head
+    three = g.adj_heads(3, k)
+    assert three is g.adj_heads(3, k) and three.k == k
+    dense = g.adj(k).to_dense()
+    assert torch.equal(three.to_dense(), torch.block_diag(*[F.pad(dense, (0, 2, 0, 2))] * 3))  # 30 -> 32
 
 
 def test_gcn_values_normalisation(rng):
