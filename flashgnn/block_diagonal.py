@@ -21,9 +21,12 @@ def padded(n: int) -> int:
     return -(-n // WINDOW) * WINDOW
 
 
-def block_diagonal(a: MEBCRS, copies: int) -> MEBCRS:
+def block_diagonal(a: MEBCRS, copies: int, with_values: bool = True) -> MEBCRS:
     """diag(A, ..., A) with ``copies`` blocks of [padded(n_rows), padded(n_cols)], values A's
-    repeated; its A^T (diag(A^T, ...)) is set from A's, which is built if need be."""
+    repeated; its A^T (diag(A^T, ...)) is set from A's, which is built if need be. Without
+    values, the pattern only: every value 0, held by a stride-0 tensor (no memory), for ops
+    given their own values (multi-head attention: on a 60M-edge graph with 4 heads the
+    copies' values of A and A^T would take 15 GB)."""
     if copies < 1:
         raise ValueError(f"copies must be >= 1, got {copies}")
     rows, cols = padded(a.n_rows), padded(a.n_cols)
@@ -31,19 +34,20 @@ def block_diagonal(a: MEBCRS, copies: int) -> MEBCRS:
         raise ValueError(f"{copies} copies of a {a.n_rows} x {a.n_cols} matrix overflow the int32 column "
                          "indices of ME-BCRS")
     t = a.transpose()
-    out = _repeat(a, copies, rows, cols)
+    out = _repeat(a, copies, rows, cols, with_values)
     shift = torch.arange(copies, device=a.device)[:, None] * a.n_slots
-    out._transpose = Transpose(_repeat(t.fmt, copies, cols, rows), (t.src_slot[None, :] + shift).flatten())
+    out._transpose = Transpose(_repeat(t.fmt, copies, cols, rows, with_values),
+                               (t.src_slot[None, :] + shift).flatten())
     return out
 
 
-def _repeat(a: MEBCRS, copies: int, rows: int, cols: int) -> MEBCRS:
+def _repeat(a: MEBCRS, copies: int, rows: int, cols: int, with_values: bool) -> MEBCRS:
     copy = torch.arange(copies, device=a.device)[:, None]
     row_ptr = (a.row_ptr[None, :-1] + copy * a.n_vectors).flatten()
     return MEBCRS(
         row_ptr=torch.cat([row_ptr, row_ptr.new_full((1,), copies * a.n_vectors)]),
         col_idx=(a.col_idx[None, :] + (copy * cols).to(torch.int32)).flatten(),
-        values=a.values.repeat(copies),
+        values=a.values.repeat(copies) if with_values else a.values.new_zeros(()).expand(copies * a.n_slots),
         perm=(a.perm[None, :] + copy * a.n_slots).flatten(),
         vec_mask=a.vec_mask.repeat(copies),
         n_rows=copies * rows,

@@ -367,12 +367,14 @@ class Graph:
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
         """diag(A, ..., A) with ``heads`` blocks on the graph's device (``block_diagonal``): the
-        matrix of multi-head ops, one launch for every head. Built once per (heads, k), cached;
-        one head is ``adj(k)`` itself (unpadded, no copy of A and A^T)."""
+        pattern of multi-head ops, one launch for every head, which pass their own values (the
+        copies hold none: every value reads 0). Built once per (heads, k), cached; one head is
+        ``adj(k)`` itself (unpadded, no copy of A and A^T)."""
         if heads == 1:
             return self.adj(k)
         device = _device_key(self.device)
-        return self._cached((k, "format", device, heads), lambda: block_diagonal(self.adj(k), heads))
+        return self._cached((k, "format", device, heads),
+                            lambda: block_diagonal(self.adj(k), heads, with_values=False))
 
     def edge_slots(self, k: int = 8) -> torch.Tensor:
         """Value slot of every edge of ``adj(k)`` in edge-id order, int64 [E] (cached)."""

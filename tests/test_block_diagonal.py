@@ -41,6 +41,19 @@ def test_block_diagonal_is_the_format_of_the_block_diagonal_matrix(shape, k, rng
     assert torch.equal(moved, big.with_values(new_values).to_dense().t())
 
 
+@pytest.mark.parametrize("k", [8, 4])
+def test_pattern_only_copies_hold_no_values(k, rng):
+    fmt = build(random_csr(21, 21, 0.2, rng), k=k)
+    full, pattern = block_diagonal(fmt, 4), block_diagonal(fmt, 4, with_values=False)
+    for got, ref in ((pattern, full), (pattern.transpose().fmt, full.transpose().fmt)):
+        got.validate()
+        assert got.values.shape == ref.values.shape and got.values.stride() == (0,)
+        assert not got.values.any()
+        for name in ("row_ptr", "col_idx", "perm", "vec_mask"):
+            assert torch.equal(getattr(got, name), getattr(ref, name)), name
+    assert torch.equal(pattern.transpose().src_slot, full.transpose().src_slot)
+
+
 def test_one_copy_and_bad_copies(rng):
     fmt = build(random_csr(9, 9, 0.3, rng))
     one = block_diagonal(fmt, 1)
@@ -66,7 +79,7 @@ def test_multi_head_ops_equal_one_op_per_head(precision, rng):
     a = random_csr(29, 29, 0.2, rng)
     fmt = build(a)
     heads, n = 3, 29
-    big = block_diagonal(fmt, heads)
+    big = block_diagonal(fmt, heads, with_values=False)  # the ops are given their values
     rows = big.n_rows // heads
     scores = torch.randn(heads, fmt.n_slots, dtype=torch.float64)
     x = torch.randn(n, heads, 5, dtype=torch.float32)
