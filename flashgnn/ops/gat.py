@@ -69,24 +69,27 @@ class _Attention(torch.autograd.Function):
         (grad_k,) = kernel_operands(precision, grad)
         scale = None if keep is None else 1.0 / (1.0 - ctx.drop)
 
-        def dropped_weights(t: Tensor) -> Tensor:
-            """d(out)/d(prob) as a factor per slot: the dropout's mask and scale, the edge values."""
-            if keep is not None:
-                t = torch.ops.aten.native_dropout_backward(t, keep, scale)
-            return t if edge_values is None else t * edge_values
+        def dropped_weights(t: Tensor, temporary: bool) -> Tensor:
+            """``t`` times what the forward multiplied P by (the dropout's mask and scale, the
+            edge values), in the forward's order (the same bits); in place on a temporary."""
+            for factor in (keep, scale, edge_values):
+                if factor is not None:
+                    t = t.mul_(factor) if temporary else t * factor
+                    temporary = True
+            return t
 
         grad_ft = grad_terms = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
-            dropped_t = transposed_values(dropped_weights(prob), t_col_idx, t_perm, t_src)
+            dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
             grad_ft = _spmm(*transposed, dropped_t, grad_k, ft_k.shape[0], k, precision,
                             ctx.ft_dtype == torch.float32, *NO_TRANSPOSE).to(ctx.ft_dtype)
             del dropped_t
         if need_terms:
-            d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE))
+            d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
             d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
             del d_prob
             scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
-            d_scores = torch.ops.aten.leaky_relu_backward(d_scores, scores, ctx.slope, False)
+            torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, ctx.slope, False, grad_input=d_scores)
             del scores
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
             d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
