@@ -50,8 +50,14 @@ class CudaGraphStep:
             self._eager()
         self.stream.wait_stream(torch.cuda.current_stream())
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
-            self.outputs = self.fn()
+        try:
+            with torch.cuda.graph(graph, stream=self.stream):
+                self.outputs = self.fn()
+        except RuntimeError as e:
+            raise RuntimeError(
+                "capturing the step in a CUDA graph failed: something in it synchronises with the host "
+                "(.item(), boolean-mask indexing, a host-to-device copy, an optimizer without "
+                f"capturable=True); run it without the CUDA graph. The error was: {e}") from e
         self.graph = graph
         return self
 

@@ -37,6 +37,15 @@ def test_step_warms_up_eagerly_then_replays_its_capture():
     assert graphed(fn).captured
 
 
+def test_a_step_that_synchronises_fails_with_the_reason():
+    x = torch.ones(3, device="cuda")
+    step = CudaGraphStep(lambda: x * x.sum().item())
+    step()
+    step()
+    with pytest.raises(RuntimeError, match="synchronises with the host"):
+        step()
+
+
 def test_step_needs_a_warm_up():
     with pytest.raises(ValueError, match="warm-up"):
         CudaGraphStep(lambda: None, warmup=0)
