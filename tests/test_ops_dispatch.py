@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flashgnn import Graph, ops
-from flashgnn.nn import AGNNConv, GCNConv
+from flashgnn.nn import AGNNConv, GATConv, GCNConv
 from flashgnn.ops import _pattern
 from tests.helpers import GPU, random_csr
 
@@ -30,10 +30,14 @@ def _grads(layer, graph, x, compiled: bool):
     return (out.detach(), *torch.autograd.grad((out * proj).sum(), [x, *params]))
 
 
-@pytest.mark.parametrize("layer_type", [GCNConv, AGNNConv])
+LAYERS = {"gcn": lambda: GCNConv(6, 5), "agnn": lambda: AGNNConv(), "gat": lambda: GATConv(6, 5, 2, residual=True)}
+
+
+@pytest.mark.parametrize("layer_type", LAYERS)
 def test_compiled_layers_match_eager(graph, layer_type):
+    """Compiled, each layer runs the composed registered ops; eager, its one-node op."""
     torch.manual_seed(0)
-    layer = GCNConv(6, 5) if layer_type is GCNConv else AGNNConv()
+    layer = LAYERS[layer_type]()
     x = torch.randn(graph.num_nodes, 6)
     torch._dynamo.reset()
     eager = _grads(layer, graph, x, compiled=False)
