@@ -34,7 +34,8 @@ DEFAULTS = {
         "device": "auto",  # "auto": cuda when available, else cpu
         "eval_every": 1,
         "progress": None,  # the tqdm bar: null shows it on a terminal only
-        "cuda_graph": False,  # after two eager epochs, replay each step and evaluation from a CUDA graph
+        "cuda_graph": False,  # after two eager epochs, replay each step and evaluation from CUDA graphs
+        # (for graphs where the host bounds an epoch; the graphs keep their own memory pools)
     },
     "output": {"root": "runs", "dir": None},
 }

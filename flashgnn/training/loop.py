@@ -173,8 +173,6 @@ class _MetricsLog:
             csv.DictWriter(f, CSV_FIELDS).writerow(row)
 
 
-
-
 def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | None = None,
           load_seconds: float | None = None) -> dict:
     """Train as ``config`` says (see ``config.py``) and return the run's summary (also written
