@@ -52,7 +52,8 @@ class _Attention(torch.autograd.Function):
         if edge_values is not None:
             dropped = dropped * edge_values
         (ft_k,) = kernel_operands(precision, ft)
-        out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, False, *NO_TRANSPOSE)
+        # fp32 features get an fp32 result even when the kernel reads them in 16 bits
+        out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
         ctx.save_for_backward(ft_k, left, right, prob, keep, edge_values, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
