@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from flashgnn import ops
 from flashgnn.format import MEBCRS
 from flashgnn.ops import PRECISIONS
+from flashgnn.ops import gat as gat_module
+from flashgnn.ops.precision import half_storage
 from tests.helpers import GPU, random_csr, rel_err
 
 BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
@@ -79,6 +81,23 @@ def test_dropout_and_edge_values_match_the_composed_ops(with_values, rng):
     for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
         assert rel_err(f, c) <= 1e-6, name
     assert rel_err(fused[0], undropped[0]) > 0.1
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float32), ("fp16", torch.float16),
+                                              ("bf16", torch.float32), ("bf16", torch.bfloat16)])
+def test_16_bit_kernel_operands_change_nothing(precision, dtype, rng, monkeypatch):
+    """On CUDA the node hands fp32 features to the kernels converted to 16 bits; converting
+    them on the CPU too must give the very same results and dtypes (the reference rounds its
+    inputs the same way), so an fp32 result is not rounded through the storage type."""
+    a, _ = _adjacency(rng)
+    ft, terms, proj = torch.randn(a.n_rows, 9).to(dtype), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 9).to(dtype)
+    plain = _run(ops.gat_attention, a, ft, terms, precision, proj, drop=0.3)
+    storage = half_storage(precision)
+    monkeypatch.setattr(gat_module, "kernel_operands", lambda p, *ts: [
+        t.to(storage) if t is not None and t.dtype == torch.float32 else t for t in ts])
+    converted = _run(ops.gat_attention, a, ft, terms, precision, proj, drop=0.3)
+    for p, c in zip(plain, converted):
+        assert p.dtype == c.dtype and torch.equal(p, c)
 
 
 def test_gradcheck(rng):
