@@ -32,7 +32,7 @@ import torch
 
 from ..data import Dataset
 from ..data.synthetic import load_synthetic
-from ..training.loop import make_optimizer, train_step
+from ..training.loop import make_optimizer, train_step, training_targets
 from ..training.precision import grad_scaler
 from .kernels import QUICK_SCALE, _split
 from .layers import ModelRow, add_common_arguments, implementations, measure, module_and_graph, pyg_runs
@@ -61,8 +61,7 @@ def training_step(module, graph, x, y, mask, precision: str, multi_label: bool =
     optimizer = make_optimizer(module.parameters(), LEARNING_RATE, 0.0, x.device)
     scaler = grad_scaler(precision, x.device)
     module.train()
-    index = mask.nonzero().flatten()
-    y_index = y.index_select(0, index)
+    index, y_index = training_targets(mask, y)
 
     def step():
         return train_step(module, graph, x, y_index, index, optimizer, scaler, precision, multi_label).detach()

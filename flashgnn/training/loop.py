@@ -114,6 +114,13 @@ def make_optimizer(parameters, lr: float, weight_decay: float, device: torch.dev
     return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=cuda, capturable=cuda)
 
 
+def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 index of the nodes in ``mask``, their labels): what ``train_step`` takes, built
+    once (indexing by a boolean mask would synchronise on every step)."""
+    index = mask.nonzero().flatten()
+    return index, y.index_select(0, index)
+
+
 def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
     """One full-graph step: forward in ``precision``, loss on the nodes ``index`` (int64)
     whose labels are ``y_index``, scaled backward, the optimizer step. Returns the loss (a
@@ -227,8 +234,7 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    train_index = masks[0].nonzero().flatten()
-    y_train = y.index_select(0, train_index)
+    train_index, y_train = training_targets(masks[0], y)
 
     def step() -> torch.Tensor:
         return train_step(model, graph, x, y_train, train_index, optimizer, scaler, precision,
