@@ -1,12 +1,13 @@
-"""Tuning sweep of the tensor-core SpMM's work split on the GPU: segment length x in-kernel
-summing of split windows (``fuse_max_parts``, 0 = every split window summed by the separate
-spmm_reduce launch) x features per lane, against fp32 cuSPARSE, with the benchmark timer of ``flashgnn bench
-kernels`` (median of CUDA-event times, cold L2). At one segment length every variant must return
-the same bits (fusing changes who sums, never the order of the sum); a mismatch is printed and
-makes the exit status 1. Also times an empty kernel: the floor of any one-launch op under this timer.
+"""Tuning sweep of the tensor-core SpMM's work split on the GPU: segment length x runs per
+segment (``ways``) x in-kernel summing of split windows (``fuse_max_parts``, 0 = every split
+window summed by the separate spmm_reduce launch) x features per lane, against fp32 cuSPARSE,
+with the benchmark timer of ``flashgnn bench kernels`` (median of CUDA-event times, cold L2). At
+one segment length and run count every variant must return the same bits (fusing changes who
+sums, never the order of the sum); a mismatch is printed and makes the exit status 1. Also times
+an empty kernel: the floor of any one-launch op under this timer.
 
     python benchmarks/spmm_sweep.py --graphs citeseer,twitch_DE --sizes 32,128 \\
-        --precisions fp16,tf32 --seg 64,128 --fuse 0,16 --features 4,8 [--csv out.csv]
+        --precisions fp16,tf32 --seg 64,128 --ways 1,2 --fuse 0,16 --features 4,8 [--csv out.csv]
 """
 import argparse
 import sys
@@ -34,6 +35,7 @@ def main() -> int:
     p.add_argument("--seg", default="0", help="segment lengths in vectors; 0 = the tuned default")
     p.add_argument("--fuse", default="0,16", help="fuse_max_parts values")
     p.add_argument("--features", default="0", help="features per lane and vector (4, 8); 0 = the default")
+    p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--csv", default=None)
     args = p.parse_args()
@@ -60,33 +62,35 @@ def main() -> int:
                     formats[k] = MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes, k=k, device=device)
                 a = formats[k]
                 xs = x.to(STORAGE[precision])
-                for seg in ints(args.seg):
-                    first = None  # another segment length sums in another order
+                for seg, ways in [(s_, w_) for s_ in ints(args.seg) for w_ in ints(args.ways)]:
+                    first = None  # another segment length or way count sums in another order
                     for fuse, features in [(f, lf) for f in ints(args.fuse) for lf in ints(args.features)]:
                         def call():
                             return spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows, k,
                                                     precision, xs.dtype, seg_vectors=seg or None,
-                                                    fuse_max_parts=fuse, features=features or None)
+                                                    fuse_max_parts=fuse, features=features or None,
+                                                    ways=ways or None)
                         m = timer(call)
                         same = first is None or torch.equal(m.result, first)
                         first = m.result if first is None else first
                         mismatches += not same
-                        row = [g.name, g.nnz, n, precision, seg or "default", fuse, features or "default",
+                        row = [g.name, g.nnz, n, precision, seg or "default", ways or "default", fuse,
+                               features or "default",
                                f"{m.ms * 1e3:.1f}", f"{base * 1e3:.1f}", f"{base / m.ms:.2f}",
                                "" if same else "MISMATCH"]
                         rows.append(row)
                         print("  ".join(map(str, row)), flush=True)
-    header = ["graph", "nnz", "N", "precision", "seg", "fuse", "features", "us", "cusparse us", "x", "bits"]
+    header = ["graph", "nnz", "N", "precision", "seg", "ways", "fuse", "features", "us", "cusparse us", "x", "bits"]
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(",".join(header) + "\n")
             f.writelines(",".join(map(str, r)) + "\n" for r in rows)
-    # geomean of x per (N, precision, seg, fuse) over the graphs
+    # geomean of x per (N, precision, seg, ways, fuse, features) over the graphs
     keys = {}
     for r in rows:
-        keys.setdefault(tuple(r[2:7]), []).append(float(r[9]))
+        keys.setdefault(tuple(r[2:8]), []).append(float(r[10]))
     summary = [[*map(str, k), str(len(v)), f"{table.geomean(v):.2f}"] for k, v in keys.items()]
-    print(table.text_table(["N", "precision", "seg", "fuse", "features", "graphs", "geomean x"], summary))
+    print(table.text_table(["N", "precision", "seg", "ways", "fuse", "features", "graphs", "geomean x"], summary))
     print(f"empty kernel: {floor * 1e3:.1f} us; bit mismatches: {mismatches}")
     return 1 if mismatches else 0
 

@@ -1,14 +1,16 @@
 // ME-BCRS SpMM on tensor cores with swap-and-transpose: Y = A X computed as Y^T = X^T A^T.
 //
 // Work is cut into window segments (runs of at most seg_vectors vectors of one window; long
-// windows are split over several segments) and feature chunks of 32 columns. One warp computes
-// one chunk of the 8 rows of one segment; the warps of a block that share a segment first
-// stage its column indices and its values in shared memory (values masked by vec_mask, rounded
-// to the MMA's type and laid out as B fragments), so the loop over the segment waits only on the
-// gathers of X. Per MMA step the warp takes KM vectors (8 for fp16/bf16 m16n8k8, 4 for tf32
-// m16n8k4): the gathered dense rows X[col] form the left operand (16 features x KM vectors), the
-// 8 x KM sparse block the right operand (n = 8 window rows), and the accumulators hold 16
-// features x 8 rows, fp32. The gathers of the next two batches of vectors are in flight during
+// windows are split over several segments) and feature chunks of 8 * LF columns. One warp
+// computes one chunk of the 8 rows of one segment, or of one of `ways` contiguous runs of its
+// vectors (the run sums are then added in shared memory, in run order: on small graphs this
+// shortens the critical path of a kernel that is one wave of blocks); the warps of a block that
+// share a segment first stage its column indices and its values in shared memory (values masked
+// by vec_mask, rounded to the MMA's type and laid out as B fragments), so the loop over the
+// segment waits only on the gathers of X. Per MMA step the warp takes KM vectors (8 for
+// fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered dense rows X[col] form the left operand
+// (16 features x KM vectors), the 8 x KM sparse block the right operand (n = 8 window rows), and
+// the accumulators hold 16 features x 8 rows, fp32. The gathers of the next two batches of vectors are in flight during
 // the MMAs of the current one (the loop is bound by gather latency: on an H100 three batches in
 // flight at 6 blocks per SM beat two at 8 by 4% on the real graphs at N = 128, four spill).
 //
@@ -51,13 +53,16 @@ struct SpmmArgs {  // the kernel's parameters (cuda.core passes scalars and poin
     int n_segments;
     int seg_vectors;
     int warps_per_segment;   // 1, 2 or 4: the block's warps that share one segment
+    int ways;                // 1, 2 or 4: those warps cut each chunk's vectors into this many runs
     int n_rows;
     int n;                   // feature columns N
     int aligned;             // x and out rows are 16-byte aligned
 };
 
-// The segment and feature chunk of one warp. Block b holds WARPS / warps_per_segment
-// consecutive segments and one group of warps_per_segment consecutive chunks.
+// The segment, feature chunk and run of vectors of one warp. Block b holds WARPS /
+// warps_per_segment consecutive segments and one group of warps_per_segment / ways consecutive
+// chunks; warp i of a segment's warps takes chunk i % (warps_per_segment / ways) of the group
+// and way i / (warps_per_segment / ways).
 struct WarpWork {
     int slot;      // the segment's place among the block's segments
     int seg;       // -1 past the last segment
@@ -68,6 +73,7 @@ struct WarpWork {
     int split;     // index among the split windows, or -1
     int parts;     // segments of the split window (0 when not split)
     int chunk;     // feature chunk of this warp
+    int way;       // which of the segment's `ways` runs of vectors it takes
     int f0;        // first feature of this lane
     bool computes; // false for a chunk past N (such a warp still helps stage)
 };
@@ -76,12 +82,12 @@ struct WarpWork {
     const int *col_idx, const float *values, const u8 *vec_mask, const int *seg_window, const i64 *seg_first, \
         const int *seg_count, const int *seg_part, const int *seg_split, const int *split_part,               \
         const int *split_count, float *workspace, int *counters, int fuse_max, int n_segments,                \
-        int seg_vectors, int warps_per_segment, int n_rows, int n, int aligned
+        int seg_vectors, int warps_per_segment, int ways, int n_rows, int n, int aligned
 #define SPMM_ARGS                                                                                     \
     SpmmArgs {                                                                                        \
         col_idx, values, vec_mask, seg_window, seg_first, seg_count, seg_part, seg_split, split_part,  \
             split_count, workspace, counters, fuse_max, n_segments, seg_vectors, warps_per_segment,    \
-            n_rows, n, aligned                                                                        \
+            ways, n_rows, n, aligned                                                                  \
     }
 
 template <int LF>
@@ -89,12 +95,14 @@ __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     constexpr int CHUNK = 8 * LF;
     const int chunks = (a.n + CHUNK - 1) / CHUNK;
     const int per_block = WARPS / a.warps_per_segment;
-    const int groups = (chunks + a.warps_per_segment - 1) / a.warps_per_segment;
+    const int chunk_warps = a.warps_per_segment / a.ways;
+    const int groups = (chunks + chunk_warps - 1) / chunk_warps;
     const int warp = threadIdx.x >> 5;
     WarpWork w;
     w.slot = warp / a.warps_per_segment;
+    w.way = warp % a.warps_per_segment / chunk_warps;
     const int seg = (int)(blockIdx.x / groups) * per_block + w.slot;
-    const int chunk = (int)(blockIdx.x % groups) * a.warps_per_segment + warp % a.warps_per_segment;
+    const int chunk = (int)(blockIdx.x % groups) * chunk_warps + warp % chunk_warps;
     w.seg = seg < a.n_segments ? seg : -1;
     w.computes = w.seg >= 0 && chunk < chunks;
     w.chunk = chunk;
@@ -321,11 +329,43 @@ __device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork
     if (w.split >= 0 && w.parts <= a.fuse_max) sum_if_last<OutTag, LF>(a, w, out);
 }
 
+// The warps of a segment's chunk that took the later runs of its vectors (way > 0) hand their
+// sums to the way-0 warp through shared memory `scratch` (LF / 2 * 4 floats per lane and warp, after the
+// staged segments), which adds them in way order. Called by every warp of the block.
+template <int LF>
+__device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, float (&acc)[LF / 2][4], float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunk_warps = a.warps_per_segment / a.ways;
+    if (w.computes && w.way > 0) {
+#pragma unroll
+        for (int i = 0; i < LF / 2; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) scratch[((warp * (LF / 2) + i) * 4 + e) * 32 + lane] = acc[i][e];
+        }
+    }
+    __syncthreads();
+    if (w.computes && w.way == 0) {
+        for (int v = 1; v < a.ways; ++v) {
+            const int other = warp + v * chunk_warps;
+#pragma unroll
+            for (int i = 0; i < LF / 2; ++i) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][e] += scratch[((other * (LF / 2) + i) * 4 + e) * 32 + lane];
+            }
+        }
+    }
+}
+
+// Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
+// lane, 7 at 8, 6 for tf32 at 8, which spills below 80 registers. The loop waits on gathers, so
+// resident warps matter: the same code at 70 registers (7 blocks) was 5-10% slower on an H100.
+__host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : p == TF32 ? 6 : 7; }
+
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
 // 8 * seg_vectors values each).
 template <int P, int K, typename OutTag, int LF>
-__global__ void __launch_bounds__(32 * WARPS, 6) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
+__global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF)) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
                                                          typename OutTag::T* __restrict__ out) {
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
@@ -333,25 +373,34 @@ __global__ void __launch_bounds__(32 * WARPS, 6) spmm_tc(SPMM_PARAMS, const type
     const WarpWork w = locate_work<LF>(a);
     const int per_block = WARPS / a.warps_per_segment;
     int* cols = smem + w.slot * a.seg_vectors;
-    V* vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors) + w.slot * WINDOW * a.seg_vectors;
+    V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
+    V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
     if (w.seg >= 0) stage_segment<P, K>(a, w, cols, vals);
     __syncthreads();
-    if (!w.computes) return;
-    const u32* words = reinterpret_cast<const u32*>(vals);
-    float acc[LF / 2][4] = {};
     constexpr int VECTORS = Batch<P, LF>::VECTORS;
-    Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
-    b0.load(x, cols, words, 0, w.count, w, a.n, a.aligned);
-    b1.load(x, cols, words, VECTORS, w.count, w, a.n, a.aligned);
-    for (int j0 = 0; j0 < w.count; j0 += 3 * VECTORS) {
-        b2.load(x, cols, words, j0 + 2 * VECTORS, w.count, w, a.n, a.aligned);
-        b0.mma(acc);
-        b0.load(x, cols, words, j0 + 3 * VECTORS, w.count, w, a.n, a.aligned);
-        b1.mma(acc);
-        b1.load(x, cols, words, j0 + 4 * VECTORS, w.count, w, a.n, a.aligned);
-        b2.mma(acc);
+    float acc[LF / 2][4] = {};
+    if (w.computes) {
+        // this warp's run of the segment: contiguous, starting on a multiple of 16 vectors, so
+        // the sum over each run is the same whatever VECTORS is
+        const int run = ((w.count + a.ways - 1) / a.ways + 15) & ~15;
+        const int begin = w.way * run, end = min(begin + run, w.count);
+        const u32* words = reinterpret_cast<const u32*>(vals);
+        Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
+        b0.load(x, cols, words, begin, end, w, a.n, a.aligned);
+        b1.load(x, cols, words, begin + VECTORS, end, w, a.n, a.aligned);
+        for (int j0 = begin; j0 < end; j0 += 3 * VECTORS) {
+            b2.load(x, cols, words, j0 + 2 * VECTORS, end, w, a.n, a.aligned);
+            b0.mma(acc);
+            b0.load(x, cols, words, j0 + 3 * VECTORS, end, w, a.n, a.aligned);
+            b1.mma(acc);
+            b1.load(x, cols, words, j0 + 4 * VECTORS, end, w, a.n, a.aligned);
+            b2.mma(acc);
+        }
     }
-    finish_segment<OutTag, LF>(a, w, acc, out);
+    // read again rather than kept in registers through the loop (min_blocks' register bound)
+    const WarpWork done = locate_work<LF>(a);
+    if (a.ways > 1) sum_ways<LF>(a, done, acc, reinterpret_cast<float*>(staged_vals + per_block * WINDOW * a.seg_vectors));
+    if (done.computes && done.way == 0) finish_segment<OutTag, LF>(a, done, acc, out);
 }
 
 // out[8w + r, f] = sum over the segments of split window w of their partial sums, in order.

@@ -7,7 +7,8 @@ compute-sanitizer (a script, not a pytest module):
 
 The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
 nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
-both in one call, with 4 and 8 features per lane.
+both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
+4 ways.
 """
 import os
 import sys
@@ -39,10 +40,10 @@ def main() -> None:
                 ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
             if precision == "fp32":
                 continue
-            for n, features, fuse in [(64, 4, 0), (64, 8, 2), (160, 8, 64), (32, 4, 64)]:
+            for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4)]:
                 x = torch.randn(900, n, device="cuda")
                 spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, precision,
-                                 torch.float32, seg_vectors=64, fuse_max_parts=fuse, features=features)
+                                 torch.float32, seg_vectors=64, fuse_max_parts=fuse, features=features, ways=ways)
     # AGNN (row normalisation, scaled softmax): square, with a hub row split over segments
     rows = np.concatenate([rng.integers(0, 300, 1000), np.full(1000, 3)])
     sq = sp.csr_matrix((np.ones(2000), (rows, rng.integers(0, 300, 2000))), shape=(300, 300))

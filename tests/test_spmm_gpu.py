@@ -137,14 +137,16 @@ def test_gradients_match_cpu_and_float64(precision):
     assert rel_err(dv_gpu[perm], dv_ref) <= BOUND[precision]
 
 
+@pytest.mark.parametrize("ways", [1, 2, 4])
 @pytest.mark.parametrize("precision,n", [("fp16", 32), ("bf16", 64), ("tf32", 128), ("fp16", 256), ("fp16", 33)])
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:4])
-def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precision, n):
+def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precision, n, ways):
     """Split windows summed in the SpMM kernel by the segment that finishes last (fuse_max_parts
     large), by the spmm_reduce launch (0), or both in one call (2), with 4 or 8 features per
     lane: the same bits (the same sums in the same order), on repeated calls too (the in-kernel
     counters are back at zero after each), every element written, and within the precision's
-    bound of float64. N = 33 is not fused (unaligned rows)."""
+    bound of float64, whether each segment's vectors are taken by one warp or split 2 or 4 ways.
+    N = 33 is not fused (unaligned rows)."""
     k = default_k(precision)
     fmt = mebcrs(name, k, DEVICE)
     x = dense(fmt.n_cols, n, name, "split").to(STORAGE[precision]).to(DEVICE)
@@ -153,7 +155,7 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
     for fuse, features in [(1 << 30, 4), (0, 4), (2, 8), (1 << 30, 8), (1 << 30, 4)]:
         for y in run_twice_poisoned(lambda: cuda_spmm.spmm_tensor_core(
                 fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, fmt.n_rows, k, precision, torch.float32,
-                seg_vectors=64, fuse_max_parts=fuse, features=features), DEVICE):
+                seg_vectors=64, fuse_max_parts=fuse, features=features, ways=ways), DEVICE):
             assert not torch.isnan(y).any(), "an output element was not written"
             results.append(y)
     assert all(torch.equal(y, results[0]) for y in results)

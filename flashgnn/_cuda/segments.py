@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-# Vectors per segment: a power of two in [shortest, 256] (multiples of 16, the SDDMM's vectors
-# per MMA), the smallest that keeps about TARGET_SEGMENTS segments (one resident warp each on an
-# H100/H200). Small graphs are cut finer to fill the GPU; large ones keep long segments, since
-# every split window costs partial sums in a workspace. Measured on an H100 over the 33 shared
-# graphs (geomean against cuSPARSE): SpMM N=32 prefers 64 (1.66x; 1.60x at 128), N=128 prefers
-# 128 (1.45x; 1.24x at 64, 1.41x at 256); the SDDMM, which splits nothing, picks its own
-# (sddmm.seg_vectors).
+# Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
+# (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
+# segments (one resident warp each on an H100/H200). Small graphs are cut finer to fill the GPU;
+# large ones keep long segments, since every split window costs partial sums in a workspace. The
+# tensor-core SpMM (spmm.work_split) and the SDDMM (sddmm.seg_vectors) pick their own.
 MIN_SEG_VECTORS, MAX_SEG_VECTORS = 128, 256
 TARGET_SEGMENTS = 132 * 32
 
@@ -113,18 +111,16 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
                     split_count.to(i32), seg_vectors, int(split_count.sum()))
 
 
-def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
-                 shortest: int = MIN_SEG_VECTORS) -> Segments:
+def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None) -> Segments:
     """Segments of the windows of ``row_ptr`` (cached while that tensor lives) of ``seg_vectors``
-    vectors, by default ``default_seg_vectors(n_vectors, shortest)``. Only a cache miss
-    synchronises."""
-    key = (seg_vectors, shortest)
+    vectors, by default ``default_seg_vectors(n_vectors)``. Only a cache miss synchronises."""
+    key = seg_vectors
     hit = _CACHE.get(row_ptr)
     if hit is None or hit[0] != row_ptr._version:
         hit = (row_ptr._version, {})
         _CACHE[row_ptr] = hit
     seg = hit[1].get(key)
     if seg is None:
-        seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1]), shortest))
+        seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])))
         hit[1][key] = seg
     return seg

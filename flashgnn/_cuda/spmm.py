@@ -38,48 +38,74 @@ def _aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
+# (seg_vectors, ways) by graph size: a segment of at most seg_vectors vectors goes to one block,
+# whose warps cut each feature chunk's vectors into `ways` runs and add their sums in shared
+# memory. Small graphs take long segments split several ways (a short critical path: one
+# wave of blocks, no partial sums in global memory), large ones long segments in one run each
+# (fewer, fuller warps). From an H100 sweep (benchmarks/spmm_sweep.py, fp16, the 33 shared
+# graphs, one run; geomean speedup over cuSPARSE against the earlier segments of 64/128/256 by
+# size in one run each: N = 32 1.99x -> 2.16x, N = 128 1.65x -> 1.77x, N = 256 1.58x -> 1.68x;
+# tf32 N = 128 1.29x -> 1.38x). Rows: (fewer vectors than, seg_vectors, ways).
+NARROW_SPLIT = ((40_000, 256, 4), (100_000, 64, 2), (180_000, 128, 2), (450_000, 256, 2))  # N <= 32
+WIDE_SPLIT = ((12_000, 256, 2), (180_000, 128, 1))
+LARGE_SPLIT = (256, 1)
+
+
+def work_split(n: int, n_vectors: int) -> tuple[int, int]:
+    """(seg_vectors, ways) of the SpMM for N = n on a graph of n_vectors vectors."""
+    for limit, seg, ways in NARROW_SPLIT if n <= 32 else WIDE_SPLIT:
+        if n_vectors < limit:
+            return seg, ways
+    return LARGE_SPLIT
+
+
 def lane_features(n: int, n_vectors: int) -> int:
     """Consecutive features a lane gathers per vector (a warp covers 8 times as many)."""
     return 8 if n > 32 and n_vectors >= WIDE_LANES_MIN_VECTORS else 4
 
 
-def warps_per_segment(chunks: int) -> int:
-    """Warps of a block that share one staged segment: one per feature chunk, up to the
-    block's 4 (a power of two)."""
-    return 1 if chunks == 1 else 2 if chunks == 2 else WARPS_PER_BLOCK
+def chunk_warps(chunks: int, ways: int) -> int:
+    """Warps of a block per way of one staged segment: one per feature chunk, up to the
+    block's 4 / ways (a power of two)."""
+    return min(1 if chunks == 1 else 2 if chunks == 2 else WARPS_PER_BLOCK, WARPS_PER_BLOCK // ways)
 
 
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype, *, seg_vectors: int | None = None,
-                     fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None) -> torch.Tensor:
+                     fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None,
+                     ways: int | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
-    ``seg_vectors`` (a power of two, 64 to 256), ``fuse_max_parts`` and ``features`` (per lane, 4
-    or 8) override the tuned work split; at one ``seg_vectors`` the result is the same bits
-    whatever the others are."""
+    ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
+    ``features`` (per lane, 4 or 8) override the tuned work split; at one ``seg_vectors`` and
+    ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
     features = features or lane_features(n, col_idx.numel())
-    seg = segments_for(row_ptr, seg_vectors, shortest=64 if n <= 32 else 128)
+    tuned_seg, tuned_ways = work_split(n, col_idx.numel())
+    ways = ways or tuned_ways
+    seg = segments_for(row_ptr, seg_vectors or tuned_seg)
     workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
     chunks = -(-n // (8 * features))
-    per_segment = warps_per_segment(chunks)
+    per_way = chunk_warps(chunks, ways)
+    per_segment = per_way * ways
     segments_per_block = WARPS_PER_BLOCK // per_segment
-    chunk_groups = -(-chunks // per_segment)
+    chunk_groups = -(-chunks // per_way)
     blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
+    way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
     launch(SOURCE, _kernel_name(precision, k, out_dtype, features), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), np.int32(fuse_max),
-           np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment),
+           np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment), np.int32(ways),
            np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
-           shmem=segments_per_block * seg.seg_vectors * staged_bytes, stream=stream)
+           shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
 
