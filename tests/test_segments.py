@@ -75,3 +75,27 @@ def test_sddmm_segments_are_32_vectors_on_small_graphs_and_64_on_large_ones():
 
     assert seg_vectors(0) == seg_vectors(32 * TARGET_SEGMENTS) == 32
     assert seg_vectors(32 * TARGET_SEGMENTS + 1) == seg_vectors(10**9) == 64
+
+
+def test_spmm_work_split_is_launchable_and_keeps_large_graphs_in_one_run():
+    """Every (seg_vectors, ways) the SpMM picks is one the kernel takes (a power of two from 64
+    to 256 vectors, 1, 2 or 4 runs); graphs of 450k+ vectors get 256-vector segments in one
+    run, whatever N."""
+    from flashgnn._cuda.spmm import work_split
+
+    for n in (1, 32, 33, 128, 256):
+        for n_vectors in (0, 1, 10**4, 5 * 10**4, 1.5 * 10**5, 3 * 10**5, 4.5 * 10**5, 10**8):
+            seg, ways = work_split(n, n_vectors)
+            assert seg in (64, 128, 256) and ways in (1, 2, 4)
+            if n_vectors >= 450_000:
+                assert (seg, ways) == (256, 1)
+
+
+def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
+    from flashgnn import MEBCRS
+    from flashgnn._cuda.spmm import spmm_tensor_core
+
+    a = MEBCRS.from_csr(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), n_cols=2)
+    with pytest.raises(ValueError, match="ways must be 1, 2 or 4"):
+        spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, torch.ones(2, 8), 2, a.k, "fp16",
+                         torch.float16, ways=3)

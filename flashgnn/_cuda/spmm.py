@@ -86,6 +86,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     features = features or lane_features(n, col_idx.numel())
     tuned_seg, tuned_ways = work_split(n, col_idx.numel())
     ways = ways or tuned_ways
+    if ways not in (1, 2, 4):
+        raise ValueError(f"spmm: ways must be 1, 2 or 4 (the warps of a block), got {ways}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg)
     workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
