@@ -10,9 +10,9 @@
 // segment waits only on the gathers of X. Per MMA step the warp takes KM vectors (8 for
 // fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered dense rows X[col] form the left operand
 // (16 features x KM vectors), the 8 x KM sparse block the right operand (n = 8 window rows), and
-// the accumulators hold 16 features x 8 rows, fp32. The gathers of the next two batches of vectors are in flight during
-// the MMAs of the current one (the loop is bound by gather latency: on an H100 three batches in
-// flight at 6 blocks per SM beat two at 8 by 4% on the real graphs at N = 128, four spill).
+// the accumulators hold 16 features x 8 rows, fp32. The gathers of the next two batches of
+// vectors are in flight during the MMAs of the current one (the loop is bound by gather latency:
+// on an H100 three batches in flight beat two by 4% on the real graphs at N = 128, four spill).
 //
 // Coalesced mapping of the gather: lane (g, t) loads the 4 consecutive features f0 + 4g .. + 3 of
 // its vector(s) in one 8-byte (16-bit types) or 16-byte (fp32) load, so the 8 lanes sharing a
@@ -330,10 +330,11 @@ __device__ __forceinline__ void finish_segment(const SpmmArgs& a, const WarpWork
 }
 
 // The warps of a segment's chunk that took the later runs of its vectors (way > 0) hand their
-// sums to the way-0 warp through shared memory `scratch` (LF / 2 * 4 floats per lane and warp, after the
-// staged segments), which adds them in way order. Called by every warp of the block.
+// sums to the way-0 warp through shared memory `scratch` (LF / 2 * 4 floats per lane and warp,
+// after the staged segments), which adds them in way order. Called by every warp of the block.
 template <int LF>
-__device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, float (&acc)[LF / 2][4], float* scratch) {
+__device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, float (&acc)[LF / 2][4],
+                                         float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunk_warps = a.warps_per_segment / a.ways;
     if (w.computes && w.way > 0) {
@@ -350,7 +351,9 @@ __device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, f
 #pragma unroll
             for (int i = 0; i < LF / 2; ++i) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][e] += scratch[((other * (LF / 2) + i) * 4 + e) * 32 + lane];
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][e] += scratch[((other * (LF / 2) + i) * 4 + e) * 32 + lane];
+                }
             }
         }
     }
@@ -358,15 +361,16 @@ __device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, f
 
 // Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
 // lane, 7 at 8, 6 for tf32 at 8, which spills below 80 registers. The loop waits on gathers, so
-// resident warps matter: the same code at 70 registers (7 blocks) was 5-10% slower on an H100.
+// resident warps matter: at 70 registers (7 blocks) it was 9% slower on an H100 (powerlaw_products,
+// fp16, N = 32).
 __host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : p == TF32 ? 6 : 7; }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
-// 8 * seg_vectors values each).
+// 8 * seg_vectors values each), then, when ways > 1, the scratch of sum_ways.
 template <int P, int K, typename OutTag, int LF>
-__global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF)) spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x,
-                                                         typename OutTag::T* __restrict__ out) {
+__global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
+    spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x, typename OutTag::T* __restrict__ out) {
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
@@ -399,7 +403,9 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF)) spmm_tc(SPMM_PA
     }
     // read again rather than kept in registers through the loop (min_blocks' register bound)
     const WarpWork done = locate_work<LF>(a);
-    if (a.ways > 1) sum_ways<LF>(a, done, acc, reinterpret_cast<float*>(staged_vals + per_block * WINDOW * a.seg_vectors));
+    if (a.ways > 1) {
+        sum_ways<LF>(a, done, acc, reinterpret_cast<float*>(staged_vals + per_block * WINDOW * a.seg_vectors));
+    }
     if (done.computes && done.way == 0) finish_segment<OutTag, LF>(a, done, acc, out);
 }
 
