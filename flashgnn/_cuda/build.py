@@ -1,7 +1,6 @@
 """CSR -> ME-BCRS on the GPU (kernels/mebcrs_build.cu explains the algorithm)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .move_values import move_values_cuda
@@ -25,7 +24,7 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
         first = torch.empty(nnz, dtype=torch.uint8, device=device)
         blocks = ((nnz + _TILE - 1) // _TILE,)
         launch(SOURCE, "fg::mark_first", device, blocks, (_THREADS,),
-               ptr(indptr), ptr(indices), ptr(first), np.int64(n_rows), np.int64(nnz))
+               ptr(indptr), ptr(indices), ptr(first), n_rows, nnz)
         torch.cumsum(first, 0, dtype=torch.int64, out=offs[1:])
     window_rows = torch.clamp(torch.arange(n_windows + 1, device=device) * 8, max=n_rows)
     row_ptr = offs[indptr[window_rows]]
@@ -36,7 +35,7 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     if nnz:
         launch(SOURCE, "fg::place_nonzeros", device, blocks, (_THREADS,),
                ptr(indptr), ptr(indices), ptr(offs), ptr(col_idx), ptr(vec_mask), ptr(perm),
-               np.int64(n_rows), np.int64(nnz), np.int32(k.bit_length() - 1))
+               n_rows, nnz, k.bit_length() - 1)
     return row_ptr, col_idx, perm, vec_mask
 
 

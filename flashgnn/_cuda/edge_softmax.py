@@ -6,7 +6,6 @@ Importing this module needs no GPU and no cuda-python: kernels compile at their 
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .runtime import launch, operand, ptr
@@ -58,16 +57,16 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Ten
         return out
     # split windows' partial statistics (``out`` stands in when there are none: never touched)
     part_stats = torch.empty(seg.n_parts * n_stats * 8, dtype=torch.float32, device=device) if seg.n_parts else out
-    k_log2 = np.int32(k.bit_length() - 1)
+    k_log2 = k.bit_length() - 1
     scale = 0 if scale is None else ptr(scale)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
            ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("window", "begin", "part"),
-           np.int64(seg.n_segments), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
+           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats))
     if seg.n_parts:
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
                ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out),
-               *seg.pointers("split_window", "split_part", "split_count"), np.int64(seg.n_split),
-               np.int64(seg.n_parts), np.int32(seg.seg_vectors), k_log2, ptr(part_stats))
+               *seg.pointers("split_window", "split_part", "split_count"), seg.n_split,
+               seg.n_parts, seg.seg_vectors, k_log2, ptr(part_stats))
     return out
 
 

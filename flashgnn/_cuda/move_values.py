@@ -1,7 +1,6 @@
 """Launcher of kernels/move_values.cu: values moved between value layouts by slot maps."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .runtime import launch, ptr
@@ -28,6 +27,6 @@ def move_values_cuda(values: torch.Tensor, src_slot: torch.Tensor | None, dst_sl
         values = values.contiguous()
         blocks = min(-(-nnz // _THREADS), _MAX_BLOCKS)
         launch(SOURCE, f"fg::move_values<{_BITS[values.element_size()]}>", values.device, (blocks,), (_THREADS,),
-               ptr(values), 0 if src_slot is None else ptr(src_slot), ptr(dst_slot), np.int64(nnz),
+               ptr(values), 0 if src_slot is None else ptr(src_slot), ptr(dst_slot), nnz,
                ptr(out))
     return out

@@ -2,7 +2,6 @@
 AGNN's normalisation in flashgnn/ops/agnn.py."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .runtime import launch, ptr
@@ -33,7 +32,7 @@ def normalize_rows_cuda(x: torch.Tensor, storage: torch.dtype, convert_x: bool):
     norm = torch.empty(n, dtype=torch.float32, device=x.device)
     if n:
         launch(SOURCE, f"fg::rownorm::normalize_rows<{TAG[x.dtype]}, {TAG[storage]}>", x.device, grid,
-               (32 * _WARPS,), ptr(x), np.int64(n), np.int32(f), ptr(unit), ptr(x_k) if convert_x else 0, ptr(norm))
+               (32 * _WARPS,), ptr(x), n, f, ptr(unit), ptr(x_k) if convert_x else 0, ptr(norm))
     return unit, x_k, norm
 
 
@@ -48,5 +47,5 @@ def normalize_rows_backward_cuda(x: torch.Tensor, norm: torch.Tensor, d_unit: to
             raise ValueError(f"{name} must be a contiguous float32 tensor of shape {tuple(x.shape)} on {x.device}")
     if n:
         launch(SOURCE, f"fg::rownorm::normalize_rows_backward<{TAG[x.dtype]}>", x.device, grid, (32 * _WARPS,),
-               ptr(x), ptr(norm), ptr(d_unit), np.int64(n), np.int32(f), ptr(d_x))
+               ptr(x), ptr(norm), ptr(d_unit), n, f, ptr(d_x))
     return d_x

@@ -2,7 +2,6 @@
 cores (kernels/sddmm_fp32.cu) for the exact fp32 path."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .runtime import launch, operand, ptr
@@ -33,8 +32,8 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
     launch(SOURCE, _KERNEL[precision], x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
-           np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(x.shape[0]), np.int32(kdim),
-           np.int32(k), np.int32(aligned), ptr(out), ptr(xs), ptr(ys),
+           seg.n_segments, seg.seg_vectors, x.shape[0], kdim,
+           k, aligned, ptr(out), ptr(xs), ptr(ys),
            shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector
     return out
 
@@ -49,8 +48,8 @@ def sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k: int) -> torch.Tensor:
     vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
     launch(SOURCE_FP32, f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>", x.device,
            (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), np.int64(seg.n_segments),
-           np.int32(xs.shape[0]), np.int32(kdim), np.int32(k), ptr(xs), ptr(ys), ptr(out))
+           ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
+           xs.shape[0], kdim, k, ptr(xs), ptr(ys), ptr(out))
     return out
 
 

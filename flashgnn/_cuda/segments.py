@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
+
+from ..tensor_cache import TensorCache
 
 # Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
 # (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
@@ -84,7 +85,7 @@ class Segments:
         return hit
 
 
-_CACHE: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_CACHE = TensorCache()  # row_ptr -> {seg_vectors: Segments}
 
 
 def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
@@ -114,13 +115,10 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int) -> Segments:
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None) -> Segments:
     """Segments of the windows of ``row_ptr`` (cached while that tensor lives) of ``seg_vectors``
     vectors, by default ``default_seg_vectors(n_vectors)``. Only a cache miss synchronises."""
-    key = seg_vectors
-    hit = _CACHE.get(row_ptr)
-    if hit is None or hit[0] != row_ptr._version:
-        hit = (row_ptr._version, {})
-        _CACHE[row_ptr] = hit
-    seg = hit[1].get(key)
+    by_length = _CACHE.get(row_ptr)
+    if by_length is None:
+        by_length = _CACHE.set(row_ptr, {})
+    seg = by_length.get(seg_vectors)
     if seg is None:
-        seg = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])))
-        hit[1][key] = seg
+        seg = by_length[seg_vectors] = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])))
     return seg

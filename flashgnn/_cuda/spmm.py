@@ -1,7 +1,6 @@
 """Launchers of the tensor-core SpMM (kernels/spmm.cu)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .runtime import current_stream, launch, operand, ptr
@@ -104,9 +103,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     launch(SOURCE, _kernel_name(precision, k, out_dtype, features), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
-           ptr(workspace), ptr(seg.counters(chunks, stream)), np.int32(fuse_max),
-           np.int32(seg.n_segments), np.int32(seg.seg_vectors), np.int32(per_segment), np.int32(ways),
-           np.int32(n_rows), np.int32(n), np.int32(aligned), ptr(xs), ptr(out),
+           ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
+           per_segment, ways, n_rows, n, aligned, ptr(xs), ptr(out),
            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
@@ -143,4 +141,4 @@ def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.T
     total = windows.numel() * 8 * n
     launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, (min((total + 255) // 256, 1 << 16),),
            (256,), ptr(workspace), ptr(windows), ptr(parts), ptr(counts),
-           np.int64(windows.numel()), np.int32(n_rows), np.int32(n), ptr(out))
+           windows.numel(), n_rows, n, ptr(out))

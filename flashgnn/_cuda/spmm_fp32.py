@@ -2,7 +2,6 @@
 path of ``precision="fp32"``. The kernel file says why it gathers through ME-BCRS, not CSR."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from . import spmm as tensor_core_spmm
@@ -64,8 +63,7 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     seg = segments_for(row_ptr)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     common = (ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
-              np.int64(seg.n_segments), np.int32(seg.seg_vectors), np.int32(k.bit_length() - 1), np.int64(n_rows),
-              np.int32(n))
+              seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n)
     if n <= _NARROW[-1]:
         lanes = next(lanes for lanes in _NARROW if lanes >= n)
         launch(SOURCE, f"fg::spmm32::spmm_fp32_narrow<{lanes}>", device, (-(-seg.n_segments // _WARPS),),
@@ -75,6 +73,6 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
         n_tiles = -(-n // (32 * vw * g))
         warps = seg.n_segments * n_tiles
         launch(SOURCE, f"fg::spmm32::spmm_fp32<{vw}, {g}>", device, (-(-warps // _WARPS),), (32 * _WARPS,),
-               *common, np.int32(n_tiles), ptr(x), ptr(y), ptr(workspace))
+               *common, n_tiles, ptr(x), ptr(y), ptr(workspace))
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y

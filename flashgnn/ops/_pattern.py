@@ -3,14 +3,14 @@ inputs."""
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..format import MEBCRS
+from ..tensor_cache import TensorCache
 from .._cuda.move_values import move_values_cuda
 from ._autograd import tracing
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # values -> (version, t_perm, A^T values)
+_TRANSPOSED = TensorCache()  # values -> (t_perm, A^T values)
 NO_TRANSPOSE = (None,) * 5  # the A^T arguments of an op call that needs no gradient
 
 
@@ -33,8 +33,8 @@ def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> 
     as long as ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
     if cache and not tracing():
         hit = _TRANSPOSED.get(values)
-        if hit is not None and hit[0] == values._version and hit[1] is t_perm:
-            return hit[2]
+        if hit is not None and hit[0] is t_perm:
+            return hit[1]
     n_slots = 8 * t_col_idx.numel()
     if values.is_cuda and not tracing():
         out = move_values_cuda(values, t_src, t_perm, values.new_empty(n_slots))
@@ -42,7 +42,7 @@ def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> 
         out = values.new_empty(n_slots)
         out[t_perm] = values[t_src]
     if cache and not tracing():
-        _TRANSPOSED[values] = (values._version, t_perm, out)
+        _TRANSPOSED.set(values, (t_perm, out))
     return out
 
 

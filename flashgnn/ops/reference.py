@@ -7,22 +7,21 @@ reference every CUDA kernel is checked against.
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..format import WINDOW, SlotCoords, decode_slots
+from ..tensor_cache import TensorCache
 from .precision import compute_dtype, round_to_precision
 
 _CHUNK_ELEMENTS = 1 << 24  # bounds the temporary [chunk, N] products
-_COORDS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_COORDS = TensorCache()  # col_idx -> (row_ptr, vec_mask, (k, their versions), coordinates)
 
 
 def _coords(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     """decode_slots, cached while ``col_idx`` lives, for the same row_ptr, vec_mask and k."""
-    key = (k, row_ptr._version, col_idx._version, vec_mask._version)
+    key = (k, row_ptr._version, vec_mask._version)
     hit = _COORDS.get(col_idx)
     if hit is None or hit[0] is not row_ptr or hit[1] is not vec_mask or hit[2] != key:
-        hit = (row_ptr, vec_mask, key, decode_slots(row_ptr, col_idx, vec_mask, k))
-        _COORDS[col_idx] = hit
+        hit = _COORDS.set(col_idx, (row_ptr, vec_mask, key, decode_slots(row_ptr, col_idx, vec_mask, k)))
     return hit[3]
 
 
