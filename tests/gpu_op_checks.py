@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import MEBCRS
+from flashgnn._cuda import segments
 from tests.helpers import data_dir, graph_names, load_dlmc, load_npz_graph, random_values
 from tests.kernel_cases import CASES
 
@@ -113,3 +114,16 @@ def run_twice_poisoned(fn, device: torch.device) -> list:
     second call gets other memory). On the CPU it just runs twice."""
     with poisoned_allocations():
         return [fn(), fn()]
+
+
+def in_both_segment_orders(monkeypatch, fmt):
+    """Yield twice: with the kernels' segments longest first, then ordered by column (the
+    order of long-row graphs, forced here by lowering its thresholds); asserts the two orders
+    differ on ``fmt``, so that comparing what runs in each means something."""
+    for min_vectors in (1 << 62, 0):
+        monkeypatch.setattr(segments, "COLUMN_ORDER_MIN_VECTORS", min_vectors)
+        monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", 0)
+        yield
+    by_length = segments.segments_for(fmt.row_ptr, 64)
+    by_column = segments.segments_for(fmt.row_ptr, 64, fmt.col_idx)
+    assert not torch.equal(by_length.first, by_column.first), "the two orders are the same on this matrix"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashgnn._cuda import segments
 from flashgnn._cuda.segments import segments_for
 
 
@@ -99,3 +100,26 @@ def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
     with pytest.raises(ValueError, match="ways must be 1, 2 or 4"):
         spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, torch.ones(2, 8), 2, a.k, "fp16",
                          torch.float16, ways=3)
+
+
+def test_column_order_sorts_by_first_column_and_keeps_the_segments(monkeypatch):
+    """Long-row patterns: the same segments, ordered by the column of their first vector
+    (window order among equal columns); other patterns, or no col_idx: longest first."""
+    rng = np.random.default_rng(3)
+    vectors = [300, 0, 70, 513, 129]
+    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
+    col_idx = torch.from_numpy(np.concatenate([np.sort(rng.choice(1000, nv, replace=False)) for nv in vectors])
+                               ).to(torch.int32)
+    monkeypatch.setattr(segments, "COLUMN_ORDER_MIN_VECTORS", 1)
+    monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", sum(vectors) // len(vectors))
+    by_length = segments_for(row_ptr, 64)
+    by_column = segments_for(row_ptr, 64, col_idx)
+    assert segments_for(row_ptr, 64) is by_length and segments_for(row_ptr, 64, col_idx) is by_column
+    key = [(int(col_idx[f]), int(w)) for f, w in zip(by_column.first, by_column.window)]
+    assert key == sorted(key)
+    rows = lambda s: sorted(zip(s.window.tolist(), s.first.tolist(), s.count.tolist(), s.part.tolist(), s.split.tolist()))
+    assert rows(by_column) == rows(by_length)
+    for name in ("split_window", "split_part", "split_count"):
+        assert torch.equal(getattr(by_column, name), getattr(by_length, name))
+    monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", sum(vectors))  # rows too short now
+    assert segments.column_ordered(sum(vectors), len(vectors)) is False

@@ -11,7 +11,8 @@ import torch
 from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn.ops import spmm
 from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, STORAGE, bound, csr_rows,
-                                 default_k, dense, matrix, mebcrs, poisoned_allocations, real_matrix_names,
+                                 default_k, dense, in_both_segment_orders, matrix, mebcrs, poisoned_allocations,
+                                 real_matrix_names,
                                  run_twice_poisoned)
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
@@ -160,3 +161,14 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
             results.append(y)
     assert all(torch.equal(y, results[0]) for y in results)
     assert rel_err(results[0], ref) <= BOUND[precision]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+@pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:2])
+def test_column_ordered_segments_give_the_same_bits(name, precision, monkeypatch):
+    """Segments ordered by column (long-row graphs) and longest first: which blocks run
+    together changes, no sum does (tensor-core and fp32 kernels)."""
+    fmt = mebcrs(name, default_k(precision), DEVICE)
+    x = dense(fmt.n_cols, 64, name).to(DEVICE)
+    results = [spmm(fmt, x, precision) for _ in in_both_segment_orders(monkeypatch, fmt)]
+    assert torch.equal(results[0], results[1])

@@ -68,4 +68,4 @@ def _prepare(col_idx, row_ptr, x, y, dtype: torch.dtype):
     """sddmm_operands of an ME-BCRS matrix, and its segments (None when there is nothing to
     launch)."""
     xs, ys, out, empty = sddmm_operands(x, y, dtype, 8 * col_idx.numel())
-    return xs, ys, out, None if empty else segments_for(row_ptr, seg_vectors(col_idx.numel()))
+    return xs, ys, out, None if empty else segments_for(row_ptr, seg_vectors(col_idx.numel()), col_idx)

@@ -87,7 +87,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     ways = ways or tuned_ways
     if ways not in (1, 2, 4):
         raise ValueError(f"spmm: ways must be 1, 2 or 4 (the warps of a block), got {ways}")
-    seg = segments_for(row_ptr, seg_vectors or tuned_seg)
+    seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups

@@ -60,7 +60,7 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
         return y
     x = operand(x, torch.float32)
     values = operand(values, torch.float32)
-    seg = segments_for(row_ptr)
+    seg = segments_for(row_ptr, col_idx=col_idx)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     common = (ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
               seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n)
