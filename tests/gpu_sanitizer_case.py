@@ -8,7 +8,8 @@ compute-sanitizer (a script, not a pytest module):
 The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
 nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
 both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
-4 ways.
+4 ways; SpMM and SDDMM run with their segments in both orders (longest first, and by column
+as on long-row graphs).
 """
 import os
 import sys
@@ -19,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flashgnn import MEBCRS, ops  # noqa: E402
+from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 
 
@@ -28,16 +30,22 @@ def main() -> None:
     a = sp.csr_matrix((np.ones(1000), (rows, rng.integers(0, 900, 1000))), shape=(61, 900))
     a.sum_duplicates()
     a.sort_indices()
+    defaults = segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS
     for k, precisions in ((8, ("fp16", "bf16", "fp32")), (4, ("tf32", "fp32"))):
         values = rng.standard_normal(a.nnz).astype(np.float32)
         fmt = MEBCRS.from_csr(a.indptr, a.indices, values, n_cols=900, k=k, device="cuda")
         for precision in precisions:
-            for n in (7, 64, 160):  # 1, 2 and 4 warps per staged SpMM segment
-                x = torch.randn(900, n, device="cuda", requires_grad=True)
-                v = fmt.values.clone().requires_grad_()
-                ops.spmm(fmt, x, precision, values=v).sum().backward()
-                s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), precision)
-                ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
+            # segments longest first, then by column (the long-row order, forced on this small matrix)
+            for thresholds in (defaults, (0, 0)):
+                segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = thresholds
+                for n in (7, 64, 160):  # 1, 2 and 4 warps per staged SpMM segment
+                    x = torch.randn(900, n, device="cuda", requires_grad=True)
+                    v = fmt.values.clone().requires_grad_()
+                    ops.spmm(fmt, x, precision, values=v).sum().backward()
+                    s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"),
+                                  precision)
+                    ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
+            segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = defaults
             if precision == "fp32":
                 continue
             for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4)]:
