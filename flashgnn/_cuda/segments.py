@@ -6,13 +6,21 @@ in index order as earlier ones finish, so the short last segments of long window
 gaps left at the end instead of forming a tail of their own (longest-processing-time-first
 scheduling), and the segments that share a block are of about equal length.
 
-On large graphs of long rows (Reddit-like: each window's vectors span many segments) they are
-ordered by the column of their first vector instead, when the launcher passes the pattern's
+On large graphs of long rows (Reddit-like: each window's vectors span several segments) they
+are ordered by the column of their first vector instead, when the launcher passes the pattern's
 columns: the blocks that run together then gather rows of X from one band of columns, which
-stays in L2, where in window order every block reads from the whole of X (H100, the 85M-nonzero
-generated graph, 233k nodes: fp16 SpMM N = 128 6.7 -> 4.7 ms, tf32 12.3 -> 7.2 ms, fp16 SDDMM
-K = 128 6.1 -> 3.9 ms; on the 60M-nonzero graph, one segment per window, no change, and on the
-small real graphs, whose X fits in L2, 0-20% slower, as the longest-first balance is lost).
+stays in L2, where in window order every block reads from the whole of X. H100, generated
+power-law graphs of 84-85M nonzeros, N = K = 128, longest first -> by column:
+
+    vectors per window   SpMM fp16   SpMM tf32   SDDMM fp16
+    2900 (233k nodes)    6.7 -> 4.7 ms   12.3 -> 7.2   6.1 -> 3.9
+    1400 (480k nodes)    7.8 -> 5.9      14.0 -> 8.7   8.5 -> 4.2
+     700 (960k nodes)    8.7 -> 7.6      15.2 -> 12.1  10.4 -> 6.4
+     350 (1.9M nodes)    10.0 -> 10.0    16.3 -> 16.3  12.0 -> 10.8
+
+On the 60M-nonzero graph (2.4M nodes, 200 vectors per window) the SpMM does not change, and on
+the small real graphs, whose X fits in L2, it is 0-20% slower (the longest-first balance is
+lost): hence the thresholds below.
 
 Nothing depends on the order: a split window's partial sums sit in its own workspace slots
 (``part``), summed in slot order, so every order gives the same bits."""
@@ -35,7 +43,7 @@ TARGET_SEGMENTS = 132 * 32
 
 # Column order (see the module doc) from this many vectors, on average this many per window.
 COLUMN_ORDER_MIN_VECTORS = 1 << 20
-COLUMN_ORDER_WINDOW_VECTORS = 1024
+COLUMN_ORDER_WINDOW_VECTORS = 512
 
 
 def column_ordered(n_vectors: int, n_windows: int) -> bool:
