@@ -48,8 +48,7 @@ def spmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, values: torch.Tens
     e = 4 if n <= 32 else 8
     warps = n_windows * -(-n // (8 * e))
     launch(SOURCE, _spmm_name(precision, e, out_dtype), x.device, _grid(warps), (32 * _WARPS,),
-           ptr(row_ptr), ptr(col_idx), ptr(vals), n_windows, n_rows, n,
-           _aligned(n, xs, out), ptr(xs), ptr(out))
+           ptr(row_ptr), ptr(col_idx), ptr(vals), n_windows, n_rows, n, _aligned(n, xs, out), ptr(xs), ptr(out))
     return out
 
 
@@ -64,6 +63,6 @@ def sddmm16_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.T
         return out
     n_windows = row_ptr.numel() - 1
     launch(SOURCE, f"fg::b16::sddmm16<{PRECISION_ID[precision]}>", x.device, _grid(n_windows), (32 * _WARPS,),
-           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), n_windows, x.shape[0], kdim,
-           _aligned(kdim, xs, ys), ptr(xs), ptr(ys), ptr(out))
+           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), n_windows, x.shape[0], kdim, _aligned(kdim, xs, ys),
+           ptr(xs), ptr(ys), ptr(out))
     return out

@@ -65,8 +65,8 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Ten
     if seg.n_parts:
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
                ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out),
-               *seg.pointers("split_window", "split_part", "split_count"), seg.n_split,
-               seg.n_parts, seg.seg_vectors, k_log2, ptr(part_stats))
+               *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
+               seg.seg_vectors, k_log2, ptr(part_stats))
     return out
 
 

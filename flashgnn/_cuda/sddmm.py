@@ -32,8 +32,7 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
     launch(SOURCE, _KERNEL[precision], x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
-           seg.n_segments, seg.seg_vectors, x.shape[0], kdim,
-           k, aligned, ptr(out), ptr(xs), ptr(ys),
+           seg.n_segments, seg.seg_vectors, x.shape[0], kdim, k, aligned, ptr(out), ptr(xs), ptr(ys),
            shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector
     return out
 

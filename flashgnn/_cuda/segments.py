@@ -10,17 +10,17 @@ On large graphs of long rows (Reddit-like: each window's vectors span several se
 are ordered by the column of their first vector instead, when the launcher passes the pattern's
 columns: the blocks that run together then gather rows of X from one band of columns, which
 stays in L2, where in window order every block reads from the whole of X. H100, generated
-power-law graphs of 84-85M nonzeros, N = K = 128, longest first -> by column:
+power-law graphs of 84-85M nonzeros, N = K = 128, ms, longest first -> by column
+(benchmarks/segment_order.py):
 
-    vectors per window   SpMM fp16   SpMM tf32   SDDMM fp16
-    2900 (233k nodes)    6.7 -> 4.7 ms   12.3 -> 7.2   6.1 -> 3.9
-    1400 (480k nodes)    7.8 -> 5.9      14.0 -> 8.7   8.5 -> 4.2
-     700 (960k nodes)    8.7 -> 7.6      15.2 -> 12.1  10.4 -> 6.4
-     350 (1.9M nodes)    10.0 -> 10.0    16.3 -> 16.3  12.0 -> 10.8
+    vectors per window     SpMM fp16       SpMM tf32       SDDMM fp16
+    2900 (233k nodes)      6.69 -> 4.68    12.30 -> 7.27   6.06 -> 3.87
+     700 (960k nodes)      8.75 -> 7.66    15.16 -> 12.11  10.41 -> 6.29
+     350 (1.9M nodes)      9.96 -> 10.04   16.34 -> 16.35  12.00 -> 10.82
 
-On the 60M-nonzero graph (2.4M nodes, 200 vectors per window) the SpMM does not change, and on
-the small real graphs, whose X fits in L2, it is 0-20% slower (the longest-first balance is
-lost): hence the thresholds below.
+On the 60M-nonzero graph (2.4M nodes, 200 vectors per window) nothing changes beyond 2%, and
+on the small real graphs, whose X fits in L2, the SpMM is 0-20% slower (the longest-first
+balance is lost): hence the thresholds below.
 
 Nothing depends on the order: a split window's partial sums sit in its own workspace slots
 (``part``), summed in slot order, so every order gives the same bits."""
@@ -112,7 +112,7 @@ class Segments:
         return hit
 
 
-_CACHE = TensorCache()  # row_ptr -> {seg_vectors: Segments}
+_CACHE = TensorCache()  # row_ptr -> {(seg_vectors, by column): Segments}
 
 
 def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None) -> Segments:
