@@ -90,3 +90,13 @@ def test_replayed_dropout_draws_new_masks(tmp_path):
                      "progress": False, "cuda_graph": True}})
     losses = [float(r["loss"]) for r in _metrics(tmp_path)][WARMUP_CALLS:]
     assert len(set(losses)) == len(losses)
+
+
+def test_auto_replays_a_small_graph(tmp_path):
+    """train.cuda_graph's default, "auto", replays the steps of a small graph on CUDA."""
+    summary = train({"dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
+                     "model": {"name": "gcn", "hidden_feats": 16}, "output": {"dir": str(tmp_path)},
+                     "train": {"epochs": 6, "patience": None, "device": "cuda", "progress": False}})
+    assert summary["cuda_graph"] is True
+    losses = [float(r["loss"]) for r in _metrics(tmp_path)]
+    assert len(losses) == 6 and losses[-1] < losses[WARMUP_CALLS]

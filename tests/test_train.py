@@ -14,6 +14,7 @@ from flashgnn import get_precision
 from flashgnn.cli import main as cli_main
 from flashgnn.data import load_dataset
 from flashgnn.training import ConfigError, apply_overrides, load_config, resolve_config, train
+from flashgnn.training.loop import AUTO_CUDA_GRAPH_EDGES, use_cuda_graph
 from flashgnn.training.precision import RoundedMatmuls, precision_scope
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -198,6 +199,21 @@ def test_bad_config_names_the_key(config, message):
 def test_cuda_graph_needs_a_cuda_device(tmp_path):
     with pytest.raises(ConfigError, match="train.cuda_graph.*CUDA device.*cpu"):
         train(small_synthetic(tmp_path, device="cpu", cuda_graph=True))
+
+
+def test_cuda_graph_auto_is_the_default_and_runs_eagerly_on_the_cpu(tmp_path):
+    assert resolve_config({})["train"]["cuda_graph"] == "auto"
+    summary = train(small_synthetic(tmp_path, device="cpu"))
+    assert summary["cuda_graph"] is False
+
+
+def test_cuda_graph_auto_replays_small_graphs_on_cuda_only():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert use_cuda_graph("auto", cuda, AUTO_CUDA_GRAPH_EDGES) is True
+    assert use_cuda_graph("auto", cuda, AUTO_CUDA_GRAPH_EDGES + 1) is False
+    assert use_cuda_graph("auto", cpu, 10) is False
+    assert use_cuda_graph(True, cuda, AUTO_CUDA_GRAPH_EDGES + 1) is True
+    assert use_cuda_graph(False, cuda, 10) is False
 
 
 def test_bad_model_or_dataset_keyword_is_a_config_error(tmp_path):

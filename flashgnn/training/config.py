@@ -34,8 +34,10 @@ DEFAULTS = {
         "device": "auto",  # "auto": cuda when available, else cpu
         "eval_every": 1,
         "progress": None,  # the tqdm bar: null shows it on a terminal only
-        "cuda_graph": False,  # after two eager epochs, replay each step and evaluation from CUDA graphs
-        # (for graphs where the host bounds an epoch; the graphs keep their own memory pools)
+        # after two eager epochs, replay each step and evaluation from CUDA graphs (for graphs where
+        # the host bounds an epoch; the graphs keep their own memory pools): true, false, or "auto"
+        # (on CUDA for graphs of up to training.loop.AUTO_CUDA_GRAPH_EDGES nonzeros)
+        "cuda_graph": "auto",
     },
     "output": {"root": "runs", "dir": None},
 }
@@ -147,7 +149,8 @@ def resolve_config(config: dict) -> dict:
              t["device"])
     _require(_is_int(t["eval_every"]) and t["eval_every"] >= 1, "train.eval_every", "an integer >= 1",
              t["eval_every"])
-    _require(isinstance(t["cuda_graph"], bool), "train.cuda_graph", "true or false", t["cuda_graph"])
+    _require(isinstance(t["cuda_graph"], bool) or t["cuda_graph"] == "auto", "train.cuda_graph",
+             "true, false or auto", t["cuda_graph"])
     _require(t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"])
     _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
     if cfg["name"] is None:
