@@ -8,9 +8,11 @@ composition builds five autograd nodes and three dtype casts where this builds o
 
 Dense products run in autocast's dtype when autocast is on for the input's device (as
 ``torch.mm`` would under autocast), else in the input's dtype; the result has the type
-``(A X) W + b`` has in the composition (fp32 with an fp32 bias under autocast). On CUDA,
-16-bit products whose result is fp32 (the biased output, the weight's gradient) are written in
-fp32 by cuBLAS instead of being rounded to 16 bits and cast: one launch instead of two.
+``(A X) W + b`` has in the composition (fp32 with an fp32 bias under autocast). On CUDA the
+bias of an fp32 (or float64) product is added by the same cuBLAS call, and the weight's fp32
+gradient from 16-bit operands is written in fp32 by cuBLAS instead of being rounded to 16 bits
+and cast: one launch instead of two each. The forward's 16-bit product keeps autocast's
+rounding, as the CPU's emulation of it (``training.precision.RoundedMatmuls``) does.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def _dense_dtype(feat: Tensor) -> torch.dtype:
     return feat.dtype
 
 
-# torch.mm / torch.addmm with out_dtype (torch >= 2.8): fp16/bf16 products written in fp32 on CUDA
+# torch.mm with out_dtype (torch >= 2.8): fp16/bf16 products written in fp32 on CUDA
 _FP32_PRODUCTS = hasattr(torch.ops.aten.mm, "dtype")
 
 
@@ -45,15 +47,12 @@ def _fp32_product(a: Tensor, dtype: torch.dtype) -> bool:
 
 
 def _project(a: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
-    """``a @ w + bias``, of the type ``torch.mm(a, w) + bias`` has, in one cuBLAS call where the
-    types allow (a launch saved on host-bound steps); 16-bit products with an fp32 bias are
-    then summed in fp32 without first being rounded to 16 bits."""
+    """``torch.mm(a, w) + bias``; on CUDA one cuBLAS call when bias has a's type (a launch
+    saved on host-bound steps; the CPU keeps the two calls its precision emulation rounds)."""
     if bias is None:
         return torch.mm(a, w)
-    if bias.dtype == a.dtype:
+    if a.is_cuda and bias.dtype == a.dtype:
         return torch.addmm(bias, a, w)
-    if _fp32_product(a, bias.dtype):
-        return torch.addmm(bias, a, w, out_dtype=torch.float32)
     return torch.mm(a, w) + bias
 
 
