@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .tensor_cache import built_for_reuse
+
 WINDOW = 8
 BLOCK_WIDTHS = (8, 4)
 
@@ -273,7 +275,7 @@ class MEBCRS(WindowedFormat):
         """A^T in ME-BCRS with the same k, built once and cached, with the map of each of
         its value slots back to A's slots."""
         if self._transpose is None:
-            self._transpose = _build_transpose(self)
+            self._transpose = built_for_reuse(lambda: _build_transpose(self))
         return self._transpose
 
     # ------------------------------------------------------------------ checking

@@ -23,6 +23,7 @@ import torch
 
 from .block_diagonal import block_diagonal
 from .format import MEBCRS, check_csr
+from .tensor_cache import built_for_reuse
 
 NORMS = ("both", "right", "left", "none")
 
@@ -349,7 +350,7 @@ class Graph:
     # ------------------------------------------------------------------ formats
     def _cached(self, key, build):
         if key not in self._cache:
-            self._cache[key] = build()
+            self._cache[key] = built_for_reuse(build)
         return self._cache[key]
 
     def adj(self, k: int = 8, device=None) -> MEBCRS:

@@ -1,15 +1,36 @@
-"""A cache keyed by a tensor's identity, for lookups on every op call.
+"""A cache keyed by a tensor's identity, for lookups on every op call, and how cached tensors
+are built.
 
 ``torch.utils.weak.WeakIdKeyDictionary`` builds a weak reference per lookup (microseconds,
 on paths that run several times per layer step); this keys a plain dict by ``id(tensor)``
 and keeps a weak reference only per entry, which drops the entry when the tensor dies.
+
+Tensors kept across calls (formats, segments, normalised values) are built with inference
+mode off (``built_for_reuse``): a first call under ``torch.inference_mode`` would otherwise
+cache inference tensors, which a later training call cannot save for backward.
 """
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
+
+
+T = TypeVar("T")
+
+
+def built_for_reuse(build: Callable[[], T]) -> T:
+    """``build()`` with inference mode off, so that the tensors it makes can be cached and used
+    by later calls with autograd (a no-op outside inference mode)."""
+    with torch.inference_mode(False):
+        return build()
+
+
+def tensor_version(tensor: torch.Tensor) -> int | None:
+    """The in-place version counter; None for an inference tensor (made under
+    ``torch.inference_mode``), which keeps none: its entries are taken as unchanged."""
+    return None if tensor.is_inference() else tensor._version
 
 
 class TensorCache:
@@ -17,11 +38,11 @@ class TensorCache:
     modified in place since (its version counter is unchanged), else None."""
 
     def __init__(self):
-        self._entries: dict[int, tuple[weakref.ref, int, Any]] = {}
+        self._entries: dict[int, tuple[weakref.ref, int | None, Any]] = {}
 
     def get(self, tensor: torch.Tensor) -> Any:
         hit = self._entries.get(id(tensor))
-        if hit is None or hit[0]() is not tensor or hit[1] != tensor._version:
+        if hit is None or hit[0]() is not tensor or hit[1] != tensor_version(tensor):
             return None
         return hit[2]
 
@@ -33,7 +54,7 @@ class TensorCache:
             if entries.get(key, (None,))[0] is ref:
                 del entries[key]
 
-        entries[key] = (weakref.ref(tensor, drop), tensor._version, value)
+        entries[key] = (weakref.ref(tensor, drop), tensor_version(tensor), value)
         return value
 
     def __len__(self) -> int:

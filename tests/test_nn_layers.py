@@ -23,7 +23,7 @@ from torch_geometric.nn import GCNConv as PygGCNConv
 import flashgnn
 from flashgnn import Graph
 from flashgnn.nn import AGNNConv, GATConv, GCNConv, ZeroInDegreeError
-from tests.helpers import data_dir, needs_gpu, rel_err, random_csr
+from tests.helpers import GPU, data_dir, needs_gpu, rel_err, random_csr
 from tests.test_graph import FakeDGLGraph
 
 FP32_TOL = 1e-5
@@ -459,3 +459,20 @@ def test_gpu_matches_cpu(make, precision, rng):
     (y_gpu * upstream.cuda()).sum().backward()
     assert_all_close([y_gpu, x_gpu.grad] + [p.grad for p in gpu.parameters()],
                      [y, x.grad] + [p.grad for p in cpu.parameters()], tol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=GPU)])
+@pytest.mark.parametrize("make", [lambda: GCNConv(6, 4), AGNNConv, lambda: GATConv(6, 3, 2)],
+                         ids=["GCNConv", "AGNNConv", "GATConv"])
+def test_graph_first_used_under_inference_mode_trains_afterwards(make, device, rng):
+    """Formats, segments and normalised values cached during a torch.inference_mode call are
+    normal tensors: a later call with autograd saves them for backward, and gets the same
+    output."""
+    graph = random_graph(41, 0.1, rng, symmetric=False).add_self_loops().to(device)
+    layer = make().to(device)
+    x = torch.randn(graph.num_nodes, 6, device=device)
+    with torch.inference_mode():
+        inferred = layer(graph, x)
+    trained = layer(graph, x.requires_grad_())
+    (grad,) = torch.autograd.grad(trained.sum(), [x])
+    assert torch.allclose(trained.detach(), inferred) and torch.isfinite(grad).all()

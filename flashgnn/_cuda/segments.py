@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..tensor_cache import TensorCache
+from ..tensor_cache import TensorCache, built_for_reuse
 
 # Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
 # (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
@@ -154,6 +154,6 @@ def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
         built = _CACHE.set(row_ptr, {})
     seg = built.get((seg_vectors, by_column))
     if seg is None:
-        seg = built[seg_vectors, by_column] = _build(row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])),
-                                                     col_idx if by_column else None)
+        seg = built[seg_vectors, by_column] = built_for_reuse(lambda: _build(
+            row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])), col_idx if by_column else None))
     return seg

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..format import WINDOW, SlotCoords, decode_slots
-from ..tensor_cache import TensorCache
+from ..tensor_cache import TensorCache, built_for_reuse, tensor_version
 from .precision import compute_dtype, round_to_precision
 
 _CHUNK_ELEMENTS = 1 << 24  # bounds the temporary [chunk, N] products
@@ -18,10 +18,11 @@ _COORDS = TensorCache()  # col_idx -> (row_ptr, vec_mask, (k, their versions), c
 
 def _coords(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     """decode_slots, cached while ``col_idx`` lives, for the same row_ptr, vec_mask and k."""
-    key = (k, row_ptr._version, vec_mask._version)
+    key = (k, tensor_version(row_ptr), tensor_version(vec_mask))
     hit = _COORDS.get(col_idx)
     if hit is None or hit[0] is not row_ptr or hit[1] is not vec_mask or hit[2] != key:
-        hit = _COORDS.set(col_idx, (row_ptr, vec_mask, key, decode_slots(row_ptr, col_idx, vec_mask, k)))
+        coords = built_for_reuse(lambda: decode_slots(row_ptr, col_idx, vec_mask, k))
+        hit = _COORDS.set(col_idx, (row_ptr, vec_mask, key, coords))
     return hit[3]
 
 
