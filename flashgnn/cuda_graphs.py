@@ -57,7 +57,8 @@ class CudaGraphStep:
             raise RuntimeError(
                 "capturing the step in a CUDA graph failed: something in it synchronises with the host "
                 "(.item(), boolean-mask indexing, a host-to-device copy, an optimizer without "
-                f"capturable=True); run it without the CUDA graph. The error was: {e}") from e
+                f"capturable=True); run it without the CUDA graph (flashgnn train: train.cuda_graph=false). "
+                f"The error was: {e}") from e
         self.graph = graph
         return self
 
