@@ -36,7 +36,7 @@ namespace fg {
 // chunk of 8 * LF feature columns in LF / 2 MMA tiles of 16 features.
 constexpr int WARPS = 4;           // per block
 
-struct SpmmArgs {  // the kernel's parameters (cuda.core passes scalars and pointers only)
+struct SpmmArgs {  // the kernel's parameters (the launcher passes scalars and pointers only)
     const int* col_idx;
     const float* values;
     const u8* vec_mask;      // bit r: row r of the vector is a real nonzero

@@ -12,8 +12,7 @@ from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn.ops import spmm
 from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, STORAGE, bound, csr_rows,
                                  default_k, dense, in_both_segment_orders, matrix, mebcrs, poisoned_allocations,
-                                 real_matrix_names,
-                                 run_twice_poisoned)
+                                 real_matrix_names, run_twice_poisoned)
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
 
