@@ -4,6 +4,12 @@ Edges go src -> dst and messages aggregate at dst, so the matrix a layer multipl
 with ``A[dst, src] = w(edge)``: the CSR kept here has one row per destination listing its
 in-edges (sources), sorted by source. ``Y = A @ X`` sums in-neighbours; gradients use A^T.
 
+A graph is square (one node set: ``num_nodes``) or bipartite (``num_src_nodes`` sources,
+``num_dst_nodes`` destinations, A of shape [num_dst, num_src]), as DGL's blocks of mini-batch
+training are: give ``num_nodes=(num_src, num_dst)``. Layers then read source features [num_src, F]
+and write [num_dst, F]; a single feature tensor holds the sources, of which the first num_dst are
+the destinations (DGL's block convention).
+
 Every edge keeps its id (its position in the input: the column of an ``edge_index``, the
 DGL edge id, the nonzero of a sparse matrix in row-major order), so per-edge tensors given in
 edge order (weights, attention) can be placed into the format and read back.
@@ -69,14 +75,26 @@ def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_we
     return t
 
 
-def _num_nodes(num_nodes, ids: torch.Tensor) -> int:
+def _count(n, name: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return int(n)
+
+
+def _node_counts(num_nodes, ids: torch.Tensor) -> tuple[int, int]:
+    """(num_src, num_dst) from ``num_nodes``: an int (a square graph), a pair (num_src, num_dst)
+    (a bipartite one) or None (square, one more than the largest id in ``ids``)."""
     if num_nodes is None:
-        return int(ids.max()) + 1 if ids.numel() else 0
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
-        raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
-    if num_nodes < 0:
-        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
-    return int(num_nodes)
+        n = int(ids.max()) + 1 if ids.numel() else 0
+        return n, n
+    if isinstance(num_nodes, (tuple, list)):
+        if len(num_nodes) != 2:
+            raise ValueError(f"num_nodes must be an int or a pair (num_src, num_dst), got {num_nodes!r}")
+        return _count(num_nodes[0], "num_src"), _count(num_nodes[1], "num_dst")
+    n = _count(num_nodes, "num_nodes")
+    return n, n
 
 
 def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
@@ -88,48 +106,54 @@ def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
         raise ValueError(f"negative node id {lo} in {what} (edge {pos})")
     if hi >= num_nodes:
         pos = int((ids >= num_nodes).nonzero()[0, -1])
-        raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for num_nodes = {num_nodes}")
+        raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes")
 
 
 def _csr_rows(indptr, indices, num_nodes):
-    """Validated (indptr, indices, destination of each position) of a square CSR whose rows
-    are destinations; the sources of a row may come in any order."""
+    """Validated (indptr, indices, destination of each position, (num_src, num_dst)) of a CSR
+    whose rows are destinations (``num_nodes``: None or an int for a square CSR, a pair
+    (num_src, num_dst) for a bipartite one); the sources of a row may come in any order."""
     indptr = _index_tensor(indptr, "indptr")
     indices = _index_tensor(indices, "indices").to(indptr.device)
     if indptr.dim() != 1 or indices.dim() != 1 or indptr.numel() < 1:
         raise ValueError("indptr (non-empty) and indices must be 1-D")
     n_rows = indptr.numel() - 1
-    if num_nodes is not None and n_rows != _num_nodes(num_nodes, indices):
-        raise ValueError(f"indptr has {n_rows} rows but num_nodes = {num_nodes}; the CSR must be square")
+    num_src, num_dst = (n_rows, n_rows) if num_nodes is None else _node_counts(num_nodes, indices)
+    if n_rows != num_dst:
+        raise ValueError(f"indptr has {n_rows} rows but there are {num_dst} destination nodes "
+                         f"(num_nodes = {num_nodes!r}); rows are destinations")
     counts = indptr[1:] - indptr[:-1]
     if int(indptr[0]) != 0 or int(indptr[-1]) != indices.numel() or bool((counts < 0).any()):
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
-    _check_node_ids(indices, n_rows, "indices (sources)")
+    _check_node_ids(indices, num_src, "indices (sources)")
     dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts)
-    return indptr, indices, dst
+    return indptr, indices, dst, (num_src, num_dst)
 
 
 class Graph:
-    """A directed graph on ``num_nodes`` nodes, stored as the CSR of A [dst, src].
+    """A directed graph, stored as the CSR of A [dst, src]: square on ``num_nodes`` nodes, or
+    bipartite from ``num_src_nodes`` sources to ``num_dst_nodes`` destinations.
 
     Build one with ``from_edge_index``, ``from_csr``, ``from_scipy``, ``from_torch_sparse``,
     ``from_pyg`` or ``from_dgl``; the constructor takes a canonical CSR (rows = destinations,
     sorted duplicate-free sources) and is the low-level entry.
 
-    indptr: int64 [num_nodes + 1]; indices: int64 [E], the source of each CSR position;
-    edge_ids: int64 [E], the edge id of each CSR position (None: the CSR order is the edge
-    order); edge_weight: float [E] in edge order, or None (every weight 1).
+    indptr: int64 [num_dst + 1]; indices: int64 [E], the source of each CSR position;
+    num_nodes: an int (square), a pair (num_src, num_dst) (bipartite), or None (square, the
+    rows of indptr); edge_ids: int64 [E], the edge id of each CSR position (None: the CSR order
+    is the edge order); edge_weight: float [E] in edge order, or None (every weight 1).
     """
 
-    def __init__(self, indptr, indices, num_nodes: int | None = None, edge_ids=None, edge_weight=None):
+    def __init__(self, indptr, indices, num_nodes=None, edge_ids=None, edge_weight=None):
         indptr = _index_tensor(indptr, "indptr")
         indices = _index_tensor(indices, "indices").to(indptr.device)
         if indptr.dim() != 1 or indices.dim() != 1:
             raise ValueError("indptr and indices must be 1-D")
-        num_nodes = indptr.numel() - 1 if num_nodes is None else _num_nodes(num_nodes, indices)
-        if indptr.numel() != num_nodes + 1:
-            raise ValueError(f"indptr must have num_nodes + 1 = {num_nodes + 1} entries, got {indptr.numel()}")
-        check_csr(indptr, indices, num_nodes)
+        rows = indptr.numel() - 1
+        num_src, num_dst = (rows, rows) if num_nodes is None else _node_counts(num_nodes, indices)
+        if indptr.numel() != num_dst + 1:
+            raise ValueError(f"indptr must have num_dst + 1 = {num_dst + 1} entries, got {indptr.numel()}")
+        check_csr(indptr, indices, num_src)
         num_edges = indices.numel()
         if edge_ids is None:
             edge_ids = torch.arange(num_edges, device=indptr.device)
@@ -146,16 +170,35 @@ class Graph:
         self.indices = indices
         self.edge_ids = edge_ids
         self.edge_weight = _weight_tensor(edge_weight, num_edges, indptr.device)
-        self.num_nodes = num_nodes
+        self.num_src_nodes, self.num_dst_nodes = num_src, num_dst
         # formats and per-edge tables, keyed by what they depend on; shared by .to() copies
         self._cache: dict = {}
 
+    @property
+    def is_bipartite(self) -> bool:
+        """Whether sources and destinations are different node sets (of different sizes)."""
+        return self.num_src_nodes != self.num_dst_nodes
+
+    @property
+    def num_nodes(self) -> int:
+        """The number of nodes of a square graph (a bipartite one raises ValueError)."""
+        if self.is_bipartite:
+            raise ValueError(f"this graph is bipartite ({self.num_src_nodes} source, {self.num_dst_nodes} "
+                             "destination nodes): use num_src_nodes and num_dst_nodes")
+        return self.num_dst_nodes
+
+    @property
+    def node_counts(self) -> tuple[int, int]:
+        """(num_src_nodes, num_dst_nodes), as the constructors' ``num_nodes`` takes them."""
+        return self.num_src_nodes, self.num_dst_nodes
+
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def _from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, edge_weight) -> "Graph":
-        """Edges in edge-id order -> canonical CSR of A [dst, src]; duplicates raise."""
-        n = max(num_nodes, 1)
-        key = dst * n + src
+    def _from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: tuple[int, int], edge_weight) -> "Graph":
+        """Edges in edge-id order -> canonical CSR of A [dst, src] on (num_src, num_dst) nodes;
+        duplicates raise."""
+        num_src, num_dst = num_nodes
+        key = dst * max(num_src, 1) + src
         if key.numel() < 2 or bool((key[1:] > key[:-1]).all()):
             order = torch.arange(key.numel(), device=key.device)
             key_sorted = key
@@ -169,58 +212,60 @@ class Graph:
                 f"duplicate edge {int(src[e1])} -> {int(dst[e1])} (edges {e1} and {e2}); "
                 "merge duplicates first (e.g. sum their weights with torch_geometric.utils.coalesce)"
             )
-        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=key.device)
-        indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+        indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=key.device)
+        indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_dst), 0)
         return cls(indptr, src[order], num_nodes, edge_ids=order, edge_weight=edge_weight)
 
     @classmethod
-    def from_edge_index(cls, edge_index, num_nodes: int | None = None, edge_weight=None) -> "Graph":
+    def from_edge_index(cls, edge_index, num_nodes=None, edge_weight=None) -> "Graph":
         """From ``edge_index`` [2, E] (row 0 = sources, row 1 = destinations, any integer
-        dtype); edge i has id i and weight ``edge_weight[i]`` (float [E], default 1)."""
+        dtype); edge i has id i and weight ``edge_weight[i]`` (float [E], default 1).
+        ``num_nodes``: an int, (num_src, num_dst) for a bipartite graph (PyG's ``size``), or
+        None (one more than the largest id)."""
         ei = _index_tensor(edge_index, "edge_index")
         if ei.dim() != 2 or ei.shape[0] != 2:
             raise ValueError(f"edge_index must have shape (2, E), got {tuple(ei.shape)}")
-        num_nodes = _num_nodes(num_nodes, ei)
-        _check_node_ids(ei[0], num_nodes, "edge_index[0] (sources)")
-        _check_node_ids(ei[1], num_nodes, "edge_index[1] (destinations)")
+        num_src, num_dst = _node_counts(num_nodes, ei)
+        _check_node_ids(ei[0], num_src, "edge_index[0] (sources)")
+        _check_node_ids(ei[1], num_dst, "edge_index[1] (destinations)")
         weight = _weight_tensor(edge_weight, ei.shape[1], ei.device)
-        return cls._from_edges(ei[0], ei[1], num_nodes, weight)
+        return cls._from_edges(ei[0], ei[1], (num_src, num_dst), weight)
 
     @classmethod
-    def from_csr(cls, indptr, indices, num_nodes: int | None = None, edge_weight=None) -> "Graph":
+    def from_csr(cls, indptr, indices, num_nodes=None, edge_weight=None) -> "Graph":
         """From a CSR whose rows are destinations: ``indices[indptr[d]:indptr[d+1]]`` are the
-        sources of the in-edges of node d, in any order. Edge ids follow the CSR positions."""
-        indptr, indices, dst = _csr_rows(indptr, indices, num_nodes)
+        sources of the in-edges of node d, in any order. Edge ids follow the CSR positions.
+        ``num_nodes``: None or an int (square), or (num_src, num_dst)."""
+        indptr, indices, dst, counts = _csr_rows(indptr, indices, num_nodes)
         weight = _weight_tensor(edge_weight, indices.numel(), indptr.device)
-        return cls._from_edges(indices, dst, indptr.numel() - 1, weight)
+        return cls._from_edges(indices, dst, counts, weight)
 
     @classmethod
     def from_scipy(cls, matrix) -> "Graph":
-        """From a square scipy sparse matrix with ``matrix[dst, src]`` = weight of edge
-        src -> dst (rows are destinations). Duplicate entries are summed; edge ids follow
-        the row-major order of the nonzeros; weights are float32 (float64 kept)."""
+        """From a scipy sparse matrix with ``matrix[dst, src]`` = weight of edge src -> dst
+        (rows are destinations; [num_dst, num_src], bipartite when not square). Duplicate
+        entries are summed; edge ids follow the row-major order of the nonzeros; weights are
+        float32 (float64 kept)."""
         import scipy.sparse as sp
 
         if not sp.issparse(matrix):
             raise TypeError(f"expected a scipy sparse matrix, got {type(matrix).__name__}")
-        if matrix.shape[0] != matrix.shape[1]:
-            raise ValueError(f"the adjacency matrix must be square, got shape {matrix.shape}")
         m = sp.csr_matrix(matrix, copy=True)
         m.sum_duplicates()
         data = m.data if m.data.dtype == np.float64 else m.data.astype(np.float32)
-        return cls(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.shape[0],
+        return cls(m.indptr.astype(np.int64), m.indices.astype(np.int64), (m.shape[1], m.shape[0]),
                    edge_weight=torch.from_numpy(data))
 
     @classmethod
     def from_torch_sparse(cls, t: torch.Tensor) -> "Graph":
-        """From a square torch sparse COO or CSR tensor with ``t[dst, src]`` = weight. COO
-        entries are coalesced (duplicates summed); edge ids follow the coalesced COO order or
-        the CSR positions."""
+        """From a torch sparse COO or CSR tensor with ``t[dst, src]`` = weight ([num_dst,
+        num_src], bipartite when not square). COO entries are coalesced (duplicates summed);
+        edge ids follow the coalesced COO order or the CSR positions."""
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"expected a torch sparse tensor, got {type(t).__name__}")
-        if t.dim() != 2 or t.shape[0] != t.shape[1]:
-            raise ValueError(f"the adjacency matrix must be square and 2-D, got shape {tuple(t.shape)}")
-        n = t.shape[0]
+        if t.dim() != 2:
+            raise ValueError(f"the adjacency matrix must be 2-D, got shape {tuple(t.shape)}")
+        n = (t.shape[1], t.shape[0])
         if t.layout == torch.sparse_coo:
             t = t.coalesce()
             rows, cols = t.indices()
@@ -253,18 +298,14 @@ class Graph:
 
     @classmethod
     def from_dgl(cls, g, edge_weight=None) -> "Graph":
-        """From a DGL graph, read through its interface (dgl is not imported): the in-edges of
-        ``g.adj_tensors('csc')`` -> (indptr, indices, eids), where column d lists the sources
-        of the edges into d and ``eids`` the edge id at each position (empty: 0, 1, ...).
+        """From a DGL graph or block, read through its interface (dgl is not imported): the
+        in-edges of ``g.adj_tensors('csc')`` -> (indptr, indices, eids), where column d lists
+        the sources of the edges into d and ``eids`` the edge id at each position (empty: 0, 1,
+        ...), on ``g.num_src_nodes()`` sources and ``g.num_dst_nodes()`` destinations.
         ``edge_weight``: float [E] in DGL edge-id order, or the name of a key of ``g.edata``."""
         n_src, n_dst = int(g.num_src_nodes()), int(g.num_dst_nodes())
-        if n_src != n_dst:
-            raise ValueError(
-                f"bipartite graphs / blocks ({n_src} source, {n_dst} destination nodes) are not "
-                "supported: flashgnn layers take a full graph"
-            )
         indptr, indices, eids = g.adj_tensors("csc")
-        indptr, indices, dst = _csr_rows(indptr, indices, n_dst)
+        indptr, indices, dst, _ = _csr_rows(indptr, indices, (n_src, n_dst))
         eids = _index_tensor(eids, "eids").to(indices.device)
         num_edges = indices.numel()
         if eids.numel() == 0:
@@ -277,7 +318,7 @@ class Graph:
         if isinstance(edge_weight, str):
             edge_weight = g.edata[edge_weight]
         weight = _weight_tensor(edge_weight, num_edges, indices.device)
-        return cls._from_edges(src_by_id, dst_by_id, n_dst, weight)
+        return cls._from_edges(src_by_id, dst_by_id, (n_src, n_dst), weight)
 
     # ------------------------------------------------------------------ structure
     @property
@@ -291,7 +332,7 @@ class Graph:
     def dst_of_csr(self) -> torch.Tensor:
         """Destination of each CSR position, int64 [E] (cached)."""
         return self._cached(("csr_dst",), lambda: torch.repeat_interleave(
-            torch.arange(self.num_nodes, device=self.device), self.indptr[1:] - self.indptr[:-1],
+            torch.arange(self.num_dst_nodes, device=self.device), self.indptr[1:] - self.indptr[:-1],
             output_size=self.num_edges))
 
     def csr_pos(self) -> torch.Tensor:
@@ -309,19 +350,23 @@ class Graph:
         return torch.stack([self.indices[pos], self.dst_of_csr()[pos]])
 
     def in_degrees(self) -> torch.Tensor:
-        """Number of in-edges of every node, int64 [num_nodes]."""
+        """Number of in-edges of every destination node, int64 [num_dst_nodes]."""
         return self.indptr[1:] - self.indptr[:-1]
 
     def out_degrees(self) -> torch.Tensor:
-        """Number of out-edges of every node, int64 [num_nodes]."""
-        return torch.bincount(self.indices, minlength=self.num_nodes)
+        """Number of out-edges of every source node, int64 [num_src_nodes]."""
+        return torch.bincount(self.indices, minlength=self.num_src_nodes)
 
     def has_zero_in_degree(self) -> bool:
         return self._cached(("zero_in",), lambda: bool((self.in_degrees() == 0).any()))
 
     def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
         """A new graph with a self-loop on every node that has none (existing loops are kept,
-        so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``."""
+        so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``.
+        Square graphs only (a block's destinations are not its sources by id)."""
+        if self.is_bipartite:
+            raise ValueError(f"add_self_loops needs a square graph, got {self.num_src_nodes} source and "
+                             f"{self.num_dst_nodes} destination nodes")
         dst = self.dst_of_csr()
         has_loop = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
         has_loop[dst[self.indices == dst]] = True
@@ -339,13 +384,15 @@ class Graph:
         moved = Graph.__new__(Graph)
         moved.indptr, moved.indices, moved.edge_ids = (t.to(device) for t in (self.indptr, self.indices, self.edge_ids))
         moved.edge_weight = None if self.edge_weight is None else self.edge_weight.to(device)
-        moved.num_nodes = self.num_nodes
+        moved.num_src_nodes, moved.num_dst_nodes = self.num_src_nodes, self.num_dst_nodes
         moved._cache = {key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"}
         return moved
 
     def __repr__(self) -> str:
         weighted = ", weighted" if self.edge_weight is not None else ""
-        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, device={self.device}{weighted})"
+        nodes = (f"num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}" if self.is_bipartite
+                 else f"num_nodes={self.num_nodes}")
+        return f"Graph({nodes}, num_edges={self.num_edges}, device={self.device}{weighted})"
 
     # ------------------------------------------------------------------ formats
     def _cached(self, key, build):
@@ -363,7 +410,7 @@ class Graph:
             values = None
             if self.edge_weight is not None:
                 values = self.edge_weight[self.edge_ids].to(torch.float32)
-            return MEBCRS.from_csr(self.indptr, self.indices, values, n_cols=self.num_nodes, k=k, device=device)
+            return MEBCRS.from_csr(self.indptr, self.indices, values, n_cols=self.num_src_nodes, k=k, device=device)
         return self._cached((k, "format", device), build)
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:

@@ -18,11 +18,14 @@ class FakeDGLGraph:
     indices, eids) where column d lists the sources of the in-edges of d and ``eids`` the
     edge id at each position (an empty tensor means 0, 1, ...). Edges are given by id, as
     ``dgl.graph((src, dst))`` takes them; the CSC is ordered by a random permutation so the
-    eids are not the identity and sources within a column are not sorted."""
+    eids are not the identity and sources within a column are not sorted. With ``num_dst``, a
+    block (``dgl.create_block``) from ``num_nodes`` sources to ``num_dst`` destinations."""
 
-    def __init__(self, src, dst, num_nodes, rng, edata=None, empty_eids=False):
+    def __init__(self, src, dst, num_nodes, rng, edata=None, empty_eids=False, num_dst=None):
         self.src, self.dst = torch.as_tensor(src), torch.as_tensor(dst)
         self.n = num_nodes
+        self.n_dst = num_nodes if num_dst is None else num_dst
+        self.is_block = num_dst is not None
         self.edata = dict(edata or {})
         if empty_eids:  # ids are CSC positions: the edges must come grouped by dst
             order = torch.arange(len(self.src))
@@ -32,8 +35,8 @@ class FakeDGLGraph:
             order = torch.from_numpy(rng.permutation(len(self.src)))
             self._eids = order = order[torch.sort(self.dst[order], stable=True).indices]
         self._indices = self.src[order]
-        self._indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
-        self._indptr[1:] = torch.cumsum(torch.bincount(self.dst, minlength=num_nodes), 0)
+        self._indptr = torch.zeros(self.n_dst + 1, dtype=torch.int64)
+        self._indptr[1:] = torch.cumsum(torch.bincount(self.dst, minlength=self.n_dst), 0)
         self.device = torch.device("cpu")
 
     def adj_tensors(self, fmt):
@@ -44,13 +47,13 @@ class FakeDGLGraph:
         return self.n
 
     def num_dst_nodes(self):
-        return self.n
+        return self.n_dst
 
     def num_edges(self):
         return len(self.src)
 
     def in_degrees(self):
-        return torch.bincount(self.dst, minlength=self.n)
+        return torch.bincount(self.dst, minlength=self.n_dst)
 
     def out_degrees(self):
         return torch.bincount(self.src, minlength=self.n)
@@ -66,10 +69,23 @@ def random_edges(n, density, rng):
             torch.from_numpy(m.data[order].astype(np.float32)))
 
 
-def dense_of_edges(src, dst, weight, n):
-    a = np.zeros((n, n), np.float64)
+def dense_of_edges(src, dst, weight, n, n_dst=None):
+    """A [dst, src] in float64, [n, n] or [n_dst, n]."""
+    a = np.zeros((n if n_dst is None else n_dst, n), np.float64)
     np.add.at(a, (dst.numpy(), src.numpy()), weight.double().numpy())
     return a
+
+
+def random_block_edges(n_src, n_dst, density, rng):
+    """(src, dst, weight) of a random bipartite graph from n_src sources to n_dst destinations
+    (every destination with an in-edge), in a random edge order."""
+    m = random_csr(n_dst, n_src, density, rng)
+    m = (m + sp.csr_matrix((np.ones(n_dst), (np.arange(n_dst), rng.integers(0, n_src, n_dst))),
+                           shape=(n_dst, n_src))).tocsr()
+    dst = np.repeat(np.arange(n_dst), np.diff(m.indptr))
+    order = rng.permutation(m.nnz)
+    return (torch.from_numpy(m.indices[order].astype(np.int64)), torch.from_numpy(dst[order]),
+            torch.from_numpy(m.data[order].astype(np.float32)))
 
 
 def test_from_edge_index_is_a_dst_by_src_matrix():
@@ -120,6 +136,42 @@ def test_constructors_agree(rng):
     for name in ("edge_index", "pyg", "pyg_edge_attr", "dgl"):
         assert torch.equal(graphs[name].edge_index, torch.stack([src, dst])), name
         assert torch.equal(graphs[name].edge_weight, w), name
+
+
+def test_bipartite_constructors_agree(rng):
+    n_src, n_dst = 37, 21
+    src, dst, w = random_block_edges(n_src, n_dst, 0.15, rng)
+    ref = dense_of_edges(src, dst, w, n_src, n_dst)
+    m = sp.csr_matrix((w.numpy(), (dst.numpy(), src.numpy())), shape=(n_dst, n_src))
+    coo = torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n_dst, n_src))
+    graphs = {
+        "edge_index": Graph.from_edge_index(torch.stack([src, dst]), (n_src, n_dst), edge_weight=w),
+        "scipy": Graph.from_scipy(m),
+        "csr": Graph.from_csr(m.indptr, m.indices, (n_src, n_dst), edge_weight=torch.from_numpy(m.data)),
+        "torch_coo": Graph.from_torch_sparse(coo),
+        "torch_csr": Graph.from_torch_sparse(coo.to_sparse_csr()),
+        "dgl_block": Graph.from_dgl(FakeDGLGraph(src, dst, n_src, rng, num_dst=n_dst), edge_weight=w),
+    }
+    for name, g in graphs.items():
+        assert g.is_bipartite and g.node_counts == (n_src, n_dst), name
+        assert g.adj().shape == (n_dst, n_src) and g.adj().transpose().fmt.shape == (n_src, n_dst), name
+        np.testing.assert_array_equal(g.adj().to_dense().double().numpy(), ref, err_msg=name)
+        np.testing.assert_array_equal(g.in_degrees().numpy(), np.bincount(dst.numpy(), minlength=n_dst))
+        np.testing.assert_array_equal(g.out_degrees().numpy(), np.bincount(src.numpy(), minlength=n_src))
+    g = graphs["dgl_block"]
+    assert torch.equal(g.edge_index, torch.stack([src, dst])) and torch.equal(g.edge_weight, w)
+    assert "num_src_nodes=37, num_dst_nodes=21" in repr(g)
+    # DGL's GraphConv normalisation on a block: in-degrees of destinations, out-degrees of sources
+    d_in = np.maximum(np.bincount(dst.numpy(), minlength=n_dst), 1)
+    d_out = np.maximum(np.bincount(src.numpy(), minlength=n_src), 1)
+    both = g.adj().with_values(g.gcn_values("both", 8, torch.float64)).to_dense().numpy()
+    np.testing.assert_allclose(both, ref * (d_in[:, None] * d_out[None, :]) ** -0.5, rtol=1e-12)
+    moved = g.to("cpu")
+    assert moved.node_counts == (n_src, n_dst) and moved.adj() is g.adj()
+    with pytest.raises(ValueError, match="bipartite .* use num_src_nodes and num_dst_nodes"):
+        g.num_nodes
+    with pytest.raises(ValueError, match="add_self_loops needs a square graph"):
+        g.add_self_loops()
 
 
 def test_edge_values_follow_edge_ids(rng):
@@ -236,13 +288,18 @@ def test_gcn_values_normalisation(rng):
 
 BAD_EDGE_INDEX = [
     (torch.tensor([[0, -1], [1, 0]]), None, ValueError, "negative node id -1"),
-    (torch.tensor([[0, 1], [1, 5]]), 4, ValueError, "node id 5 .* out of range for num_nodes = 4"),
+    (torch.tensor([[0, 1], [1, 5]]), 4, ValueError, "node id 5 .* out of range for 4 nodes"),
     (torch.tensor([[0, 1, 2]]), None, ValueError, r"shape \(2, E\)"),
     (torch.tensor([0, 1]), None, ValueError, r"shape \(2, E\)"),
     (torch.tensor([[0.0, 1.0], [1.0, 0.0]]), None, TypeError, "integer node ids"),
     (torch.tensor([[True], [False]]), None, TypeError, "integer node ids"),
     ([[0, 1], [1, 0]], None, TypeError, "torch.Tensor or numpy array"),
     (torch.tensor([[0], [1]]), -1, ValueError, "num_nodes must be >= 0"),
+    (torch.tensor([[0], [1]]), (3,), ValueError, r"a pair \(num_src, num_dst\)"),
+    (torch.tensor([[0], [1]]), (3, -2), ValueError, "num_dst must be >= 0"),
+    (torch.tensor([[0], [1]]), (3, 1.5), TypeError, "num_dst must be an int"),
+    (torch.tensor([[2], [0]]), (2, 3), ValueError, r"node id 2 in edge_index\[0\] \(sources\) .* for 2 nodes"),
+    (torch.tensor([[0], [3]]), (4, 3), ValueError, r"node id 3 in edge_index\[1\] \(destinations\)"),
 ]
 
 
@@ -258,8 +315,6 @@ def test_bad_inputs(rng):
         Graph.from_edge_index(ei, edge_weight=torch.ones(3))
     with pytest.raises(TypeError, match="floating point"):
         Graph.from_edge_index(ei, edge_weight=torch.ones(2, dtype=torch.int64))
-    with pytest.raises(ValueError, match="square"):
-        Graph.from_scipy(sp.csr_matrix(np.ones((2, 3))))
     with pytest.raises(TypeError, match="scipy sparse"):
         Graph.from_scipy(np.ones((2, 2)))
     with pytest.raises(ValueError, match="indptr must start at 0"):
@@ -277,7 +332,7 @@ def test_bad_inputs(rng):
         Graph.from_dgl(fake)
     block = FakeDGLGraph(src, dst, 3, rng)
     block.num_dst_nodes = lambda: 2
-    with pytest.raises(ValueError, match="bipartite"):
+    with pytest.raises(ValueError, match="indptr has 3 rows but there are 2 destination nodes"):
         Graph.from_dgl(block)
 
 

@@ -93,7 +93,7 @@ def prepare_graph(graph: Graph, self_loops: bool, device: torch.device, k: int) 
     """A new Graph (so no format is cached yet) on ``device``, with self-loops if asked, and
     its ME-BCRS of A and A^T for block width ``k`` built."""
     fresh = graph.add_self_loops() if self_loops else Graph(
-        graph.indptr, graph.indices, graph.num_nodes, edge_ids=graph.edge_ids, edge_weight=graph.edge_weight)
+        graph.indptr, graph.indices, graph.node_counts, edge_ids=graph.edge_ids, edge_weight=graph.edge_weight)
     fresh = fresh.to(device)
     fresh.adj(k).transpose()
     return fresh
