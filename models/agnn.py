@@ -7,11 +7,14 @@ from torch import nn
 
 from flashgnn.nn import AGNNConv
 
+from .graphs import per_layer
+
 
 class AGNN(nn.Module):
     """dropout -> Linear(in_feats, hidden_feats) -> ReLU -> ``num_layers`` AGNNConv (pure
     propagation, no activation between them, as in the paper) -> dropout ->
-    Linear(hidden_feats, out_feats). ``forward(graph, feat)`` -> logits [N, out_feats]."""
+    Linear(hidden_feats, out_feats). ``forward(graph, feat)`` -> logits [N, out_feats];
+    ``graph`` is one graph or a list of one block per AGNNConv layer."""
 
     def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 4,
                  dropout: float = 0.5, init_beta: float = 1.0, learn_beta: bool = True,
@@ -29,6 +32,6 @@ class AGNN(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = F.relu(self.encoder(self.dropout(feat)))
-        for layer in self.layers:
-            h = layer(graph, h)
+        for layer, g in zip(self.layers, per_layer(graph, len(self.layers))):
+            h = layer(g, h)
         return self.decoder(self.dropout(h))

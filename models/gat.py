@@ -7,12 +7,15 @@ from torch import nn
 
 from flashgnn.nn import GATConv
 
+from .graphs import per_layer
+
 
 class GAT(nn.Module):
     """``num_layers`` GATConv layers. Hidden layers: ``heads`` heads of ``hidden_feats``,
     concatenated (``concat=True``) or averaged, then ELU; the last layer: ``out_heads`` heads
     of ``out_feats``, averaged. ``residual`` applies to every layer but the first (DGL's example).
-    ``forward(graph, feat)`` -> logits [N, out_feats]."""
+    ``forward(graph, feat)`` -> logits [N, out_feats]; ``graph`` is one graph or a list of one
+    block per layer."""
 
     def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 2,
                  heads: int = 8, out_heads: int = 1, feat_drop: float = 0.6, attn_drop: float = 0.6,
@@ -34,7 +37,8 @@ class GAT(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
-        for layer in self.layers[:-1]:
-            h = layer(graph, h)
+        graphs = per_layer(graph, len(self.layers))
+        for layer, g in zip(self.layers[:-1], graphs):
+            h = layer(g, h)
             h = F.elu(h.flatten(1) if self.concat else h.mean(1))
-        return self.layers[-1](graph, h).mean(1)
+        return self.layers[-1](graphs[-1], h).mean(1)

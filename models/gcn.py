@@ -7,11 +7,14 @@ from torch import nn
 
 from flashgnn.nn import GCNConv
 
+from .graphs import per_layer
+
 
 class GCN(nn.Module):
     """``num_layers`` GCNConv layers: in_feats -> hidden_feats (ReLU) ... -> out_feats, with
     dropout before every layer but the first (DGL's example). ``forward(graph, feat)`` ->
-    logits [N, out_feats]. The graph should carry self-loops (``graph.add_self_loops()``)."""
+    logits [N, out_feats]; ``graph`` is one graph, which should carry self-loops
+    (``graph.add_self_loops()``), or a list of one block per layer (-> [N_dst of the last, out_feats])."""
 
     def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 2,
                  dropout: float = 0.5, norm: str = "both", precision: str | None = None,
@@ -29,8 +32,8 @@ class GCN(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
-        for i, layer in enumerate(self.layers):
+        for i, (layer, g) in enumerate(zip(self.layers, per_layer(graph, len(self.layers)))):
             if i > 0:
                 h = self.dropout(h)
-            h = layer(graph, h)
+            h = layer(g, h)
         return h

@@ -32,8 +32,13 @@ def _adjacency(rng, n=45, k=8, device="cpu", empty_row=None):
                            torch.from_numpy(a.data).float(), n_cols=n, k=k, device=device), a
 
 
+def _gat(a, ft, terms, *args, **kwargs):
+    """ops.gat_attention with er and el the columns of terms [N, 2]."""
+    return ops.gat_attention(a, ft, terms[:, :1], terms[:, 1:], *args, **kwargs)
+
+
 def _composed(a, ft, terms, slope, drop, precision, edge_values=None):
-    return ops.gat_attention(a, ft, terms, slope, drop, precision, edge_values=edge_values, return_attention=True)[0]
+    return _gat(a, ft, terms, slope, drop, precision, edge_values=edge_values, return_attention=True)[0]
 
 
 def _run(fn, a, ft, terms, precision, proj, drop=0.0, edge_values=None, seed=0):
@@ -49,7 +54,7 @@ def test_float64_matches_dense_attention(rng):
     a, csr = _adjacency(rng, n=30, empty_row=4)
     ft = torch.randn(30, 6, dtype=torch.float64)
     terms = torch.randn(30, 2, dtype=torch.float64)
-    out = ops.gat_attention(a, ft, terms, 0.2)
+    out = _gat(a, ft, terms, 0.2)
     mask = torch.from_numpy(csr.toarray() != 0)
     scores = F.leaky_relu(terms[:, :1] + terms[:, 1:].t(), 0.2).masked_fill(~mask, float("-inf"))
     prob = torch.softmax(scores, 1).nan_to_num(0.0)  # row 4 has no neighbour: its output is 0
@@ -62,7 +67,7 @@ def test_float64_matches_dense_attention(rng):
 def test_matches_the_composed_ops(precision, k, rng):
     a, _ = _adjacency(rng, k=k)
     ft, terms, proj = torch.randn(a.n_rows, 12), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 12)
-    fused = _run(ops.gat_attention, a, ft, terms, precision, proj)
+    fused = _run(_gat, a, ft, terms, precision, proj)
     composed = _run(_composed, a, ft, terms, precision, proj)
     for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
         assert rel_err(f, c) <= 1e-5, name
@@ -75,9 +80,9 @@ def test_dropout_and_edge_values_match_the_composed_ops(with_values, rng):
     a, _ = _adjacency(rng)
     ft, terms, proj = torch.randn(a.n_rows, 7), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 7)
     values = torch.rand(a.n_slots) + 0.5 if with_values else None
-    fused = _run(ops.gat_attention, a, ft, terms, "fp32", proj, drop=0.4, edge_values=values)
+    fused = _run(_gat, a, ft, terms, "fp32", proj, drop=0.4, edge_values=values)
     composed = _run(_composed, a, ft, terms, "fp32", proj, drop=0.4, edge_values=values)
-    undropped = _run(ops.gat_attention, a, ft, terms, "fp32", proj, edge_values=values)
+    undropped = _run(_gat, a, ft, terms, "fp32", proj, edge_values=values)
     for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
         assert rel_err(f, c) <= 1e-6, name
     assert rel_err(fused[0], undropped[0]) > 0.1
@@ -91,11 +96,11 @@ def test_16_bit_kernel_operands_change_nothing(precision, dtype, rng, monkeypatc
     inputs the same way), so an fp32 result is not rounded through the storage type."""
     a, _ = _adjacency(rng)
     ft, terms, proj = torch.randn(a.n_rows, 9).to(dtype), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 9).to(dtype)
-    plain = _run(ops.gat_attention, a, ft, terms, precision, proj, drop=0.3)
+    plain = _run(_gat, a, ft, terms, precision, proj, drop=0.3)
     storage = half_storage(precision)
     monkeypatch.setattr(gat_module, "kernel_operands", lambda p, *ts: [
         t.to(storage) if t is not None and t.dtype == torch.float32 else t for t in ts])
-    converted = _run(ops.gat_attention, a, ft, terms, precision, proj, drop=0.3)
+    converted = _run(_gat, a, ft, terms, precision, proj, drop=0.3)
     for p, c in zip(plain, converted):
         assert p.dtype == c.dtype and torch.equal(p, c)
 
@@ -108,7 +113,7 @@ def test_gradcheck(rng):
 
     def fn(x, t):
         torch.manual_seed(0)  # one dropout mask for every evaluation
-        return ops.gat_attention(a, x, t, 0.1, 0.3, edge_values=values)
+        return _gat(a, x, t, 0.1, 0.3, edge_values=values)
     assert torch.autograd.gradcheck(fn, (ft, terms))
 
 
@@ -123,7 +128,7 @@ def test_keeps_one_slot_sized_tensor_and_the_mask(rng):
     def saved_slot_tensors(return_attention):
         saved = []
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-            ops.gat_attention(a, ft, terms, 0.2, 0.5, return_attention=return_attention)
+            _gat(a, ft, terms, 0.2, 0.5, return_attention=return_attention)
         return {(t.data_ptr(), str(t.dtype)) for t in saved if t.numel() == a.n_slots}
 
     assert sorted(dtype for _, dtype in saved_slot_tensors(False)) == ["torch.bool", "torch.float32"]
@@ -134,25 +139,27 @@ def test_no_dropout_without_a_probability(rng):
     a, _ = _adjacency(rng)
     ft, terms = torch.randn(a.n_rows, 4), torch.randn(a.n_rows, 2)
     torch.manual_seed(1)
-    first = ops.gat_attention(a, ft, terms)
+    first = _gat(a, ft, terms)
     torch.manual_seed(2)
-    assert torch.equal(first, ops.gat_attention(a, ft, terms))
-    assert torch.equal(ops.gat_attention(a, ft, terms, attn_drop=1.0), torch.zeros_like(first))
+    assert torch.equal(first, _gat(a, ft, terms))
+    assert torch.equal(_gat(a, ft, terms, attn_drop=1.0), torch.zeros_like(first))
 
 
 def test_bad_input(rng):
     a, _ = _adjacency(rng)
     ft, terms = torch.randn(a.n_rows, 4), torch.randn(a.n_rows, 2)
-    with pytest.raises(ValueError, match=r"terms \[N, 2\]"):
-        ops.gat_attention(a, ft, torch.randn(a.n_rows, 3))
-    with pytest.raises(ValueError, match="terms must have"):
-        ops.gat_attention(a, ft, terms[:-1])
+    with pytest.raises(ValueError, match=r"er and el must be columns \[N, 1\]"):
+        ops.gat_attention(a, ft, terms, terms[:, 1:])
+    with pytest.raises(ValueError, match="er must have"):
+        _gat(a, ft, terms[:-1])
+    with pytest.raises(ValueError, match="el must have 45 rows"):
+        ops.gat_attention(a, ft, terms[:, :1], terms[:-2, 1:])
     with pytest.raises(ValueError, match="attn_drop must be a probability"):
-        ops.gat_attention(a, ft, terms, attn_drop=1.5)
+        _gat(a, ft, terms, attn_drop=1.5)
     with pytest.raises(ValueError, match="edge_values must have shape"):
-        ops.gat_attention(a, ft, terms, edge_values=torch.ones(3))
+        _gat(a, ft, terms, edge_values=torch.ones(3))
     with pytest.raises(ValueError, match="precision must be one of"):
-        ops.gat_attention(a, ft, terms, precision="fp8")
+        _gat(a, ft, terms, precision="fp8")
 
 
 @pytest.mark.parametrize("precision", [pytest.param(p, marks=GPU) for p in PRECISIONS])
@@ -163,11 +170,11 @@ def test_gpu_matches_the_composition(precision, rng):
     gpu = cpu.to("cuda")
     ft, terms, proj = torch.randn(cpu.n_rows, 33), torch.randn(cpu.n_rows, 2), torch.randn(cpu.n_rows, 33)
     args = (ft.cuda(), terms.cuda(), precision, proj.cuda())
-    fused = _run(ops.gat_attention, gpu, *args, drop=0.3)
+    fused = _run(_gat, gpu, *args, drop=0.3)
     composed = _run(_composed, gpu, *args, drop=0.3)
     for name, f, c in zip(("out", "d ft", "d terms"), fused, composed):
         assert rel_err(f, c) <= 1e-5, name
-    ref = _run(ops.gat_attention, cpu, ft, terms, precision, proj)
-    got = _run(ops.gat_attention, gpu, *args)
+    ref = _run(_gat, cpu, ft, terms, precision, proj)
+    got = _run(_gat, gpu, *args)
     for name, g, r in zip(("out", "d ft", "d terms"), got, ref):
         assert rel_err(g, r) <= BOUND[precision], name

@@ -18,8 +18,10 @@ class AGNNConv(nn.Module):
     PyG do) and their dot products taken by SDDMM on the graph's pattern; edge softmax and
     SpMM follow (``flashgnn.ops.agnn_propagate``, one autograd node). ``beta`` is a learnable
     [1] parameter (a buffer when ``learn_beta=False``).
-    Shapes: feat [N, F] -> [N, F]. DGL's constructor and forward, plus ``precision``;
-    the graph's edge weights are not used (attention defines the edge values).
+    Shapes: feat [N, F] -> [N, F]; on a bipartite graph or DGL block feat [N_src, F], whose
+    first N_dst rows are the destinations', or a pair (feat_src [N_src, F], feat_dst [N_dst, F])
+    -> [N_dst, F], cos taken between destination i and source j. DGL's constructor and forward,
+    plus ``precision``; the graph's edge weights are not used (attention defines the edge values).
     """
 
     def __init__(self, init_beta: float = 1.0, learn_beta: bool = True,
@@ -34,10 +36,11 @@ class AGNNConv(nn.Module):
             self.register_buffer("beta", beta)
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
-        """graph: flashgnn.Graph or DGL graph; feat [N, F]; returns [N, F]."""
-        graph = check_graph_input(graph, feat, None, self.allow_zero_in_degree, "AGNNConv")
+        """graph: flashgnn.Graph or DGL graph / block; feat [N_src, F] or (feat_src, feat_dst);
+        returns [N_dst, F]."""
+        graph, feat, feat_dst = check_graph_input(graph, feat, None, self.allow_zero_in_degree, "AGNNConv")
         precision = resolve_precision(self.precision)
-        return agnn_propagate(graph.adj(block_width(precision)), feat, self.beta, precision)
+        return agnn_propagate(graph.adj(block_width(precision)), feat, self.beta, precision, feat_dst=feat_dst)
 
     def extra_repr(self) -> str:
         return f"learn_beta={isinstance(self.beta, nn.Parameter)}, precision={self.precision!r}"

@@ -23,10 +23,14 @@ class GATConv(nn.Module):
     order) multiplies them after dropout, as DGL does; the graph's own weights are not used.
 
     Shapes: feat [N, in_feats] -> [N, num_heads, out_feats]; with ``get_attention`` also the
-    attention [E, num_heads, 1] in edge-id order. DGL's constructor and forward
-    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision``;
-    no bipartite (tuple) input. Parameters: ``fc`` (Linear, no bias), ``attn_l`` and
-    ``attn_r`` [1, num_heads, out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
+    attention [E, num_heads, 1] in edge-id order. On a bipartite graph or DGL block, feat
+    [N_src, in_feats] (the first N_dst rows are the destinations') or a pair (feat_src,
+    feat_dst) -> [N_dst, num_heads, out_feats]: el from the sources, er and the residual from
+    the destinations, both projected by ``fc``. DGL's constructor and forward
+    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision``; an
+    ``in_feats`` pair (separate source and destination projections) is not supported.
+    Parameters: ``fc`` (Linear, no bias), ``attn_l`` and ``attn_r`` [1, num_heads,
+    out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
     """
 
     def __init__(self, in_feats: int, out_feats: int, num_heads: int, feat_drop: float = 0.0,
@@ -65,26 +69,33 @@ class GATConv(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor, edge_weight: torch.Tensor | None = None,
                 get_attention: bool = False):
-        """graph: flashgnn.Graph or DGL graph; feat [N, in_feats]; returns [N, num_heads,
-        out_feats], and the attention [E, num_heads, 1] when ``get_attention``."""
-        graph = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv")
+        """graph: flashgnn.Graph or DGL graph / block; feat [N_src, in_feats] or (feat_src,
+        feat_dst); returns [N_dst, num_heads, out_feats], and the attention [E, num_heads, 1]
+        when ``get_attention``."""
+        graph, feat, feat_dst = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv")
         precision = resolve_precision(self.precision)
         k = block_width(precision)
-        heads, n = self.num_heads, feat.shape[0]
+        heads, (n_src, n_dst) = self.num_heads, graph.node_counts
         adj = graph.adj_heads(heads, k)
-        rows = adj.n_rows // heads  # the graph is square: one padded size for rows and columns
+        rows, cols = adj.n_rows // heads, adj.n_cols // heads  # one head's (padded) destinations, sources
         h = _dropout(self.feat_drop, feat)
-        ft = head_major(self.fc(h).view(n, heads, self.out_feats), rows)  # [heads * rows, out_feats]
+        ft = head_major(self.fc(h).view(n_src, heads, self.out_feats), cols)  # [heads * cols, out_feats]
+        ft_dst = h_dst = None
+        if feat_dst is not None:
+            h_dst = _dropout(self.feat_drop, feat_dst)
+            ft_dst = head_major(self.fc(h_dst).view(n_dst, heads, self.out_feats), rows)
         weights = None
         if edge_weight is not None:
             weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
         drop = self.attn_drop.p if self.attn_drop.training else 0.0
-        result = gat_attention(adj, ft, self._score_terms(ft, heads, rows), self.leaky_relu.negative_slope, drop,
-                               precision, edge_values=weights, return_attention=get_attention)
+        er, el = self._score_terms(ft, ft_dst, heads, rows, cols)
+        result = gat_attention(adj, ft, er, el, self.leaky_relu.negative_slope, drop, precision,
+                               edge_values=weights, return_attention=get_attention)
         out, prob = result if get_attention else (result, None)
-        rst = node_major(out, heads, n)
+        rst = node_major(out, heads, n_dst)
         if self.res_fc is not None:
-            rst = rst + self.res_fc(h).view(h.shape[0], self.num_heads, self.out_feats)
+            h_dst = h[:n_dst] if h_dst is None else h_dst
+            rst = rst + self.res_fc(h_dst).view(n_dst, self.num_heads, self.out_feats)
         if self.bias is not None:
             rst = rst + self.bias.view(1, self.num_heads, self.out_feats)
         if self.activation is not None:
@@ -93,11 +104,18 @@ class GATConv(nn.Module):
             return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
         return rst
 
-    def _score_terms(self, ft: torch.Tensor, heads: int, rows: int) -> torch.Tensor:
-        """[er, el] [heads * rows, 2] from the head-major features: er = attn_r . W h,
-        el = attn_l . W h, in fp32 (the attention vectors' type) for fp16/bf16 features."""
-        attn = torch.cat([self.attn_r, self.attn_l]).transpose(0, 1).unsqueeze(1)  # [heads, 1, 2, F]
-        return (ft.view(heads, rows, 1, -1) * attn).sum(-1).view(-1, 2)
+    def _score_terms(self, ft: torch.Tensor, ft_dst: torch.Tensor | None, heads: int, rows: int,
+                     cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(er [heads * rows, 1], el [heads * cols, 1]) from the head-major source features ft
+        and destination features ft_dst (None: each head's first rows of ft): er = attn_r . W h_dst,
+        el = attn_l . W h_src, in fp32 (the attention vectors' type) for fp16/bf16 features."""
+        if ft_dst is None:  # one product for both
+            attn = torch.cat([self.attn_r, self.attn_l]).transpose(0, 1).unsqueeze(1)  # [heads, 1, 2, F]
+            terms = (ft.view(heads, cols, 1, -1) * attn).sum(-1)  # [heads, cols, 2]
+            return terms[:, :rows, :1].reshape(-1, 1), terms[:, :, 1:].reshape(-1, 1)
+        er = (ft_dst.view(heads, rows, -1) * self.attn_r.transpose(0, 1)).sum(-1)
+        el = (ft.view(heads, cols, -1) * self.attn_l.transpose(0, 1)).sum(-1)
+        return er.view(-1, 1), el.view(-1, 1)
 
     def extra_repr(self) -> str:
         return (f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "

@@ -19,11 +19,14 @@ class GCNConv(nn.Module):
     1. w_ji is ``edge_weight`` (forward), else the graph's own weights, else 1. The layer does
     not add self-loops: call ``graph.add_self_loops()`` (PyG's GCNConv adds them itself).
 
-    Shapes: feat [N, in_feats] -> [N, out_feats]; ``edge_weight`` float [E] in edge-id order.
+    Shapes: feat [N_src, in_feats] (or a pair (feat_src, feat_dst), of which only feat_src is
+    read) -> [N_dst, out_feats], N_src = N_dst = N on a square graph; on a bipartite graph or
+    DGL block the degrees are the block's (out-degrees of sources, in-degrees of destinations),
+    as in DGL. ``edge_weight`` float [E] in edge-id order.
     Same constructor and forward as ``dgl.nn.GraphConv``, plus ``precision`` (None: the
     ``flashgnn.precision`` context) for the SpMM; the normalisation is folded into the
     sparse values instead of scaling the features twice, and W multiplies on the narrower side
-    of the aggregation, as DGL does (``flashgnn.ops.graph_conv``). No bipartite (tuple) input.
+    of the aggregation, as DGL does (``flashgnn.ops.graph_conv``).
     """
 
     def __init__(self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
@@ -49,9 +52,11 @@ class GCNConv(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor, weight: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """graph: flashgnn.Graph or DGL graph; feat [N, in_feats]; weight [in_feats,
-        out_feats] when the layer was built with weight=False; returns [N, out_feats]."""
-        graph = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GCNConv")
+        """graph: flashgnn.Graph or DGL graph / block; feat [N_src, in_feats] or (feat_src,
+        feat_dst); weight [in_feats, out_feats] when the layer was built with weight=False;
+        returns [N_dst, out_feats]."""
+        graph, feat, _ = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GCNConv",
+                                         reads_destinations=False)
         if weight is not None and self.weight is not None:
             raise ValueError("GCNConv: an external weight was given but the layer has its own; "
                              "construct it with weight=False")

@@ -29,23 +29,28 @@ NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it (kernels/r
 
 class _Propagate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feat, beta, pattern, transposed, n_rows, k, precision):
+    def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision):
         unit_k, feat_k, norm = _normalize(feat, precision)
-        cos = _sddmm(*pattern, unit_k, unit_k, k, precision, *NO_TRANSPOSE)
+        if feat_dst is None:  # the destinations are the first n_rows sources
+            unit_dst_k, norm_dst = unit_k[:n_rows], None
+        else:
+            unit_dst_k, _, norm_dst = _normalize(feat_dst, precision, with_feat=False)
+        cos = _sddmm(*pattern, unit_dst_k, unit_k, k, precision, *NO_TRANSPOSE)
         prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
         wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
         out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
-        ctx.save_for_backward(feat, feat_k, beta, unit_k, norm, cos, prob, *pattern, *transposed)
+        ctx.save_for_backward(feat, feat_k, feat_dst, beta, unit_k, unit_dst_k, norm, norm_dst, cos, prob,
+                              *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.precision = n_rows, k, precision
         return out.to(feat.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        feat, feat_k, beta, unit_k, norm, cos, prob, *rest = ctx.saved_tensors
+        feat, feat_k, feat_dst, beta, unit_k, unit_dst_k, norm, norm_dst, cos, prob, *rest = ctx.saved_tensors
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
-        n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
+        n_rows, n_cols, k, precision = ctx.n_rows, feat.shape[0], ctx.k, ctx.precision
         wide = feat.dtype != torch.float64
         (grad_k,) = kernel_operands(precision, grad)
         # out = P @ X: dP = SDDMM(dOut, X)
@@ -53,35 +58,42 @@ class _Propagate(torch.autograd.Function):
         # P = softmax(beta * cos)
         d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
         del d_prob  # slot-sized temporaries are freed as soon as they are used (GBs on large graphs)
-        grad_beta = torch.dot(d_scores, cos).reshape(1).to(beta.dtype) if ctx.needs_input_grad[1] else None
-        if not ctx.needs_input_grad[0]:
-            return None, grad_beta, None, None, None, None, None
+        grad_beta = torch.dot(d_scores, cos).reshape(1).to(beta.dtype) if ctx.needs_input_grad[2] else None
+        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+            return None, None, grad_beta, None, None, None, None, None
         # dX = P^T @ dOut + the path through cos
         prob_t = transposed_values(prob, t_col_idx, t_perm, t_src)
-        d_feat = _spmm(*transposed, prob_t, grad_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
+        d_feat = _spmm(*transposed, prob_t, grad_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
         del prob_t
-        # cos = SDDMM(U, U): dU = dcos @ U + dcos^T @ U
+        # cos = SDDMM(U_dst, U): dU = dcos^T @ U_dst, dU_dst = dcos @ U
         d_cos = d_scores * beta
         del d_scores
-        d_unit = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
+        d_unit_dst = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
         d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
         del d_cos
-        d_unit += _spmm(*transposed, d_cos_t, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
+        d_unit = _spmm(*transposed, d_cos_t, unit_dst_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
         del d_cos_t
+        grad_dst = None
+        if feat_dst is None:
+            d_unit[:n_rows] += d_unit_dst
+        elif ctx.needs_input_grad[1]:
+            grad_dst = _normalize_backward(feat_dst, norm_dst, d_unit_dst, torch.zeros_like(d_unit_dst))
+            grad_dst = grad_dst.to(feat_dst.dtype)
+        del d_unit_dst
         # U = X / max(|X|, eps)
         d_feat = _normalize_backward(feat, norm, d_unit, d_feat)
-        return d_feat.to(feat.dtype), grad_beta, None, None, None, None, None
+        return d_feat.to(feat.dtype), grad_dst, grad_beta, None, None, None, None, None
 
 
-def _normalize(feat: Tensor, precision: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(U = feat / max(|feat_i|, eps) and feat as the kernels of ``precision`` read them, the
-    row norms): one kernel on the GPU, F.normalize's ops otherwise."""
+def _normalize(feat: Tensor, precision: str, with_feat: bool = True) -> tuple[Tensor, Tensor | None, Tensor]:
+    """(U = feat / max(|feat_i|, eps) and, when ``with_feat``, feat, as the kernels of
+    ``precision`` read them; the row norms): one kernel on the GPU, F.normalize's ops otherwise."""
     if feat.is_cuda and feat.dtype != torch.float64:
         storage = half_storage(precision) or torch.float32
-        unit_k, feat_k, norm = normalize_rows_cuda(feat, storage, convert_x=feat.dtype != storage)
-        return unit_k, feat if feat_k is None else feat_k, norm
+        unit_k, feat_k, norm = normalize_rows_cuda(feat, storage, convert_x=with_feat and feat.dtype != storage)
+        return unit_k, feat if with_feat and feat_k is None else feat_k, norm
     unit, norm = normalize_rows_reference(feat, NORMALIZE_EPS)
-    unit_k, feat_k = kernel_operands(precision, unit, feat)
+    unit_k, feat_k = kernel_operands(precision, unit, feat if with_feat else None)
     return unit_k, feat_k, norm
 
 
@@ -92,25 +104,38 @@ def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tens
     return d_feat.add_(normalize_rows_backward_reference(feat, norm, d_unit, NORMALIZE_EPS))
 
 
-def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32") -> Tensor:
+def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32", *,
+                   feat_dst: Tensor | None = None) -> Tensor:
     """``P @ feat`` with ``P = edge_softmax(a, beta * cos)``, cos[slot(i, j)] the cosine of
-    feat[i] and feat[j] (exact: rows L2-normalised as ``F.normalize`` does).
+    destination i's features and source j's, feat[j] (exact: rows L2-normalised as
+    ``F.normalize`` does).
 
-    a: MEBCRS [N, N]; feat [N, F] float16/bfloat16/float32/float64; beta [1] (differentiable).
-    Returns [N, F] in feat's dtype. The SDDMM and the SpMM run in ``precision``; normalisation
-    and softmax in fp32 (float64 for float64 inputs). Differentiable once (the composed ops,
-    used when compiling, also give second derivatives).
+    a: MEBCRS [N_dst, N_src]; feat [N_src, F] float16/bfloat16/float32/float64, the sources';
+    feat_dst [N_dst, F] of feat's dtype, the destinations', or None: they are feat's first N_dst
+    rows (a square graph's nodes, a DGL block's destinations); beta [1] (differentiable).
+    Returns [N_dst, F] in feat's dtype. The SDDMM and the SpMM run in ``precision``;
+    normalisation and softmax in fp32 (float64 for float64 inputs). Differentiable once (the
+    composed ops, used when compiling, also give second derivatives).
     """
     check_precision(precision)
     check_dense("feat", feat, a.n_cols, a.device)
-    if a.n_rows != a.n_cols:
-        raise ValueError(f"AGNN needs a square adjacency, got {a.n_rows} x {a.n_cols}")
+    if feat_dst is None:
+        if a.n_rows > a.n_cols:
+            raise ValueError(f"AGNN without feat_dst needs at most as many destinations as sources (the "
+                             f"first rows of feat), got a {a.n_rows} x {a.n_cols} adjacency")
+    else:
+        check_dense("feat_dst", feat_dst, a.n_rows, a.device)
+        if feat_dst.shape[1] != feat.shape[1] or feat_dst.dtype != feat.dtype:
+            raise ValueError(f"feat_dst must have feat's features and dtype ({feat.shape[1]}, {feat.dtype}), got "
+                             f"{feat_dst.shape[1]}, {feat_dst.dtype}")
     if not isinstance(beta, Tensor) or beta.shape != (1,) or beta.device != feat.device:
         raise ValueError(f"beta must be a tensor of shape (1,) on {feat.device}, got {beta!r}")
     if tracing():  # torch.compile traces the registered ops
         unit = F.normalize(feat, p=2.0, dim=-1, eps=NORMALIZE_EPS)
-        prob = edge_softmax(a, beta * sddmm(a, unit, unit, precision))
+        unit_dst = unit[:a.n_rows] if feat_dst is None else F.normalize(feat_dst, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+        prob = edge_softmax(a, beta * sddmm(a, unit_dst, unit, precision))
         return spmm(a, feat, precision, values=prob)
-    need_t = torch.is_grad_enabled() and (feat.requires_grad or beta.requires_grad)
+    need_t = torch.is_grad_enabled() and (feat.requires_grad or beta.requires_grad
+                                          or (feat_dst is not None and feat_dst.requires_grad))
     transposed = transpose_args(a, need_t)
-    return _Propagate.apply(feat, beta, pattern_args(a), transposed, a.n_rows, a.k, precision)
+    return _Propagate.apply(feat, feat_dst, beta, pattern_args(a), transposed, a.n_rows, a.k, precision)

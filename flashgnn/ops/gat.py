@@ -1,5 +1,6 @@
 """GAT's attention and aggregation as one autograd node: out = P @ H with
-P = dropout(edge_softmax(leaky_relu(er_i + el_j))) on A's pattern.
+P = dropout(edge_softmax(leaky_relu(er_i + el_j))) on A's pattern (er of the destinations,
+el and H of the sources).
 
 The same maths as composing ``sddmm``, ``edge_softmax``, dropout and ``spmm`` (the path taken
 when compiling, when the attention is returned, or when edge weights need a gradient), with
@@ -25,22 +26,23 @@ from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
 
 
-def _score_operands(terms: Tensor) -> tuple[Tensor, Tensor]:
-    """[er, 1] and [1, el] from terms = [er, el] [n, 2]: their SDDMM is er_i + el_j, exact in fp32."""
-    return F.pad(terms[:, :1], (0, 1), value=1.0), F.pad(terms[:, 1:], (1, 0), value=1.0)
+def _score_operands(er: Tensor, el: Tensor) -> tuple[Tensor, Tensor]:
+    """[er, 1] [n_rows, 2] and [1, el] [n_cols, 2] from er [n_rows, 1] and el [n_cols, 1]: their
+    SDDMM is er_i + el_j, exact in fp32."""
+    return F.pad(er, (0, 1), value=1.0), F.pad(el, (1, 0), value=1.0)
 
 
 def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
               k: int) -> Tensor:
-    """sum_j values[slot(i, j)] for every row i, [n_rows]: an exact fp32 (or float64) SpMM with ones."""
+    """sum_j values[slot(i, j)] for every row i, [n_rows, 1]: an exact fp32 (or float64) SpMM with ones."""
     ones = values.new_ones(n_cols, 1)
-    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE).view(-1)
+    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ft, terms, edge_values, pattern, transposed, n_rows, k, slope, drop, precision):
-        left, right = _score_operands(terms)
+    def forward(ctx, ft, er, el, edge_values, pattern, transposed, n_rows, k, slope, drop, precision):
+        left, right = _score_operands(er, el)
         scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
         prob = _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k)
         del scores
@@ -66,7 +68,8 @@ class _Attention(torch.autograd.Function):
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
         n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
-        need_ft, need_terms = ctx.needs_input_grad[:2]
+        need_ft, need_er, need_el = ctx.needs_input_grad[:3]
+        n_cols = ft_k.shape[0]
         (grad_k,) = kernel_operands(precision, grad)
         scale = None if keep is None else 1.0 / (1.0 - ctx.drop)
 
@@ -79,13 +82,13 @@ class _Attention(torch.autograd.Function):
                     temporary = True
             return t
 
-        grad_ft = grad_terms = None
+        grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
             dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
-            grad_ft = _spmm(*transposed, dropped_t, grad_k, ft_k.shape[0], k, precision,
+            grad_ft = _spmm(*transposed, dropped_t, grad_k, n_cols, k, precision,
                             ctx.ft_dtype == torch.float32, *NO_TRANSPOSE).to(ctx.ft_dtype)
             del dropped_t
-        if need_terms:
+        if need_er or need_el:
             d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
             d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
             del d_prob
@@ -93,32 +96,35 @@ class _Attention(torch.autograd.Function):
             torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, ctx.slope, False, grad_input=d_scores)
             del scores
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
-            d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
-            grad_terms = torch.stack([_row_sums(*pattern, d_scores, n_rows, n_rows, k),
-                                      _row_sums(*transposed, d_t, n_rows, n_rows, k)], 1).to(left.dtype)
-        return grad_ft, grad_terms, None, None, None, None, None, None, None, None
+            if need_er:
+                grad_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k).to(left.dtype)
+            if need_el:
+                d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
+                grad_el = _row_sums(*transposed, d_t, n_cols, n_rows, k).to(right.dtype)
+        return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None
 
 
-def gat_attention(a: MEBCRS, ft: Tensor, terms: Tensor, negative_slope: float = 0.2, attn_drop: float = 0.0,
-                  precision: str = "fp32", *, edge_values: Tensor | None = None,
+def gat_attention(a: MEBCRS, ft: Tensor, er: Tensor, el: Tensor, negative_slope: float = 0.2,
+                  attn_drop: float = 0.0, precision: str = "fp32", *, edge_values: Tensor | None = None,
                   return_attention: bool = False):
     """``P @ ft`` with ``P = dropout(edge_softmax(a, leaky_relu(er_i + el_j)))`` [* edge_values].
 
-    a: MEBCRS [N, N] (for several heads, ``Graph.adj_heads``); ft [N, F] float16/bfloat16/
-    float32/float64; terms [N, 2] = [er, el] float32 (float64 with float64 ft); attn_drop:
+    a: MEBCRS [N_dst, N_src] (for several heads, ``Graph.adj_heads``); ft [N_src, F] float16/
+    bfloat16/float32/float64, the sources' features; er [N_dst, 1] (the destinations' score
+    terms) and el [N_src, 1] (the sources'), float32 (float64 with float64 ft); attn_drop:
     the dropout probability on the attention (0: none; the caller passes 0 in eval mode);
     edge_values: constant or differentiable factors in A's value layout applied after the
     dropout. Scores and softmax run in fp32 (float64 for float64 inputs), exact; the
-    aggregation in ``precision``. Returns [N, F] in ft's dtype, with ``return_attention`` also
-    P [8 * n_vectors] (differentiable). Differentiable once in ft and terms (the composed ops,
-    used when compiling, also give second derivatives).
+    aggregation in ``precision``. Returns [N_dst, F] in ft's dtype, with ``return_attention``
+    also P [8 * n_vectors] (differentiable). Differentiable once in ft, er and el (the composed
+    ops, used when compiling, also give second derivatives).
     """
     check_precision(precision)
     check_dense("ft", ft, a.n_cols, a.device)
-    check_dense("terms", terms, a.n_rows, a.device)
-    if a.n_rows != a.n_cols or terms.shape[1] != 2:
-        raise ValueError(f"GAT attention needs a square adjacency and terms [N, 2], got {a.n_rows} x {a.n_cols} "
-                         f"and {tuple(terms.shape)}")
+    check_dense("er", er, a.n_rows, a.device)
+    check_dense("el", el, a.n_cols, a.device)
+    if er.shape[1] != 1 or el.shape[1] != 1:
+        raise ValueError(f"er and el must be columns [N, 1], got {tuple(er.shape)} and {tuple(el.shape)}")
     if not 0.0 <= attn_drop <= 1.0:
         raise ValueError(f"attn_drop must be a probability, got {attn_drop}")
     if edge_values is not None:
@@ -126,13 +132,13 @@ def gat_attention(a: MEBCRS, ft: Tensor, terms: Tensor, negative_slope: float = 
     composed = (tracing() or return_attention or attn_drop == 1.0
                 or (edge_values is not None and edge_values.requires_grad))
     if composed:
-        prob = edge_softmax(a, F.leaky_relu(sddmm(a, *_score_operands(terms), "fp32"), negative_slope))
+        prob = edge_softmax(a, F.leaky_relu(sddmm(a, *_score_operands(er, el), "fp32"), negative_slope))
         if attn_drop > 0:
             prob = F.dropout(prob, attn_drop)
         if edge_values is not None:
             prob = prob * edge_values
         out = spmm(a, ft, precision, values=prob)
         return (out, prob) if return_attention else out
-    need_t = torch.is_grad_enabled() and (ft.requires_grad or terms.requires_grad)
-    return _Attention.apply(ft, terms, edge_values, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k,
+    need_t = torch.is_grad_enabled() and (ft.requires_grad or er.requires_grad or el.requires_grad)
+    return _Attention.apply(ft, er, el, edge_values, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k,
                             float(negative_slope), float(attn_drop), precision)
