@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from torch.func import functional_call
+from torch_geometric.nn import GATConv as PygGATConv
 
 from flashgnn import Graph
 from flashgnn.nn import AGNNConv, GATConv, GCNConv
@@ -124,6 +125,34 @@ def test_gat_block_and_pair_match_pyg(heads, residual, rng):
     assert_all_close([y], [y_ref])
     assert_all_close(backward_grads(y, upstream, [x_src, x_dst] + params),
                      backward_grads(y_ref, upstream, pair_ref + ref_params))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_gat_with_an_in_feats_pair_matches_pyg(residual, rng):
+    """GATConv((in_src, in_dst), ...): fc_src and fc_dst, PyG's lin_src and lin_dst."""
+    g = block_graph(rng)
+    ours = GATConv((8, 5), 4, 2, residual=residual)
+    ref = PygGATConv((8, 5), 4, 2, add_self_loops=False, residual=residual)
+    with torch.no_grad():
+        ours.bias.normal_()
+        for mine, theirs in [(ours.fc_src.weight, ref.lin_src.weight), (ours.fc_dst.weight, ref.lin_dst.weight),
+                             (ours.attn_l, ref.att_src), (ours.attn_r, ref.att_dst), (ours.bias, ref.bias)] + (
+                                [(ours.res_fc.weight, ref.res.weight)] if residual else []):
+            theirs.copy_(mine)
+    assert ours.fc is None and not any(k.startswith("fc.") for k in ours.state_dict())
+    x_src, x_dst = torch.randn(N_SRC, 8, requires_grad=True), torch.randn(N_DST, 5, requires_grad=True)
+    pair_ref = [t.detach().clone().requires_grad_() for t in (x_src, x_dst)]
+    y = ours(g, (x_src, x_dst)).flatten(1)
+    y_ref = ref(tuple(pair_ref), g.edge_index, size=(N_SRC, N_DST))
+    assert_all_close([y], [y_ref])
+    upstream = torch.randn_like(y)
+    assert_all_close(backward_grads(y, upstream, [x_src, x_dst, ours.fc_src.weight, ours.fc_dst.weight]),
+                     backward_grads(y_ref, upstream, pair_ref + [ref.lin_src.weight, ref.lin_dst.weight]))
+    assert len(list(ours.parameters())) == 5 + residual
+    with pytest.raises(ValueError, match=r"in_feats = \(8, 5\) .* takes a \(feat_src, feat_dst\) pair"):
+        ours(g, x_src)
+    with pytest.raises(ValueError, match="expected 5 input features, got 8"):
+        ours(g, (x_src, torch.randn(N_DST, 8)))
 
 
 def test_dgl_block_interface(rng):

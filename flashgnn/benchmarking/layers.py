@@ -149,8 +149,8 @@ def _pyg_conv(layer: nn.Module, adj: torch.Tensor, cached: bool) -> PyGConv:
             conv.beta.copy_(layer.beta)
         return PyGConv(conv, adj)
     if isinstance(layer, fnn.GATConv):
-        if layer.res_fc is not None:
-            raise ValueError("the PyG twin of GATConv has no residual")
+        if layer.res_fc is not None or layer.fc is None:
+            raise ValueError("the PyG twin of GATConv has no residual and one projection (an int in_feats)")
         conv = pyg_nn.GATConv(layer.in_feats, layer.out_feats, heads=layer.num_heads, concat=True,
                               negative_slope=layer.leaky_relu.negative_slope, dropout=layer.attn_drop.p,
                               add_self_loops=False, bias=layer.bias is not None).to(adj.device)

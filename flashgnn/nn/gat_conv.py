@@ -26,14 +26,14 @@ class GATConv(nn.Module):
     attention [E, num_heads, 1] in edge-id order. On a bipartite graph or DGL block, feat
     [N_src, in_feats] (the first N_dst rows are the destinations') or a pair (feat_src,
     feat_dst) -> [N_dst, num_heads, out_feats]: el from the sources, er and the residual from
-    the destinations, both projected by ``fc``. DGL's constructor and forward
-    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision``; an
-    ``in_feats`` pair (separate source and destination projections) is not supported.
-    Parameters: ``fc`` (Linear, no bias), ``attn_l`` and ``attn_r`` [1, num_heads,
-    out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
+    the destinations, both projected by ``fc``, or, with ``in_feats`` a pair (in_src, in_dst)
+    (pair input only), by ``fc_src`` and ``fc_dst``. DGL's constructor and forward
+    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision``.
+    Parameters: ``fc`` (Linear, no bias; or ``fc_src`` and ``fc_dst``), ``attn_l`` and
+    ``attn_r`` [1, num_heads, out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
     """
 
-    def __init__(self, in_feats: int, out_feats: int, num_heads: int, feat_drop: float = 0.0,
+    def __init__(self, in_feats: int | tuple[int, int], out_feats: int, num_heads: int, feat_drop: float = 0.0,
                  attn_drop: float = 0.0, negative_slope: float = 0.2, residual: bool = False,
                  activation=None, allow_zero_in_degree: bool = False, bias: bool = True,
                  precision: str | None = None):
@@ -42,7 +42,13 @@ class GATConv(nn.Module):
         self.activation = activation
         self.allow_zero_in_degree = allow_zero_in_degree
         self.precision = None if precision is None else check_precision(precision)
-        self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
+        in_src, in_dst = in_feats if isinstance(in_feats, tuple) else (in_feats, in_feats)
+        if isinstance(in_feats, tuple):
+            self.fc = None
+            self.fc_src = nn.Linear(in_src, out_feats * num_heads, bias=False)
+            self.fc_dst = nn.Linear(in_dst, out_feats * num_heads, bias=False)
+        else:
+            self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
         self.attn_l = nn.Parameter(torch.empty(1, num_heads, out_feats))
         self.attn_r = nn.Parameter(torch.empty(1, num_heads, out_feats))
         self.feat_drop = nn.Dropout(feat_drop)
@@ -51,15 +57,16 @@ class GATConv(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_heads * out_feats)) if bias else None
         if not residual:
             self.res_fc = None
-        elif in_feats != out_feats * num_heads:
-            self.res_fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
+        elif in_dst != out_feats * num_heads:
+            self.res_fc = nn.Linear(in_dst, out_feats * num_heads, bias=False)
         else:
             self.res_fc = nn.Identity()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         gain = nn.init.calculate_gain("relu")
-        nn.init.xavier_normal_(self.fc.weight, gain=gain)
+        for fc in dict.fromkeys(self._projections()):
+            nn.init.xavier_normal_(fc.weight, gain=gain)
         nn.init.xavier_normal_(self.attn_l, gain=gain)
         nn.init.xavier_normal_(self.attn_r, gain=gain)
         if self.bias is not None:
@@ -78,12 +85,13 @@ class GATConv(nn.Module):
         heads, (n_src, n_dst) = self.num_heads, graph.node_counts
         adj = graph.adj_heads(heads, k)
         rows, cols = adj.n_rows // heads, adj.n_cols // heads  # one head's (padded) destinations, sources
+        fc_src, fc_dst = self._projections()
         h = _dropout(self.feat_drop, feat)
-        ft = head_major(self.fc(h).view(n_src, heads, self.out_feats), cols)  # [heads * cols, out_feats]
+        ft = head_major(fc_src(h).view(n_src, heads, self.out_feats), cols)  # [heads * cols, out_feats]
         ft_dst = h_dst = None
         if feat_dst is not None:
             h_dst = _dropout(self.feat_drop, feat_dst)
-            ft_dst = head_major(self.fc(h_dst).view(n_dst, heads, self.out_feats), rows)
+            ft_dst = head_major(fc_dst(h_dst).view(n_dst, heads, self.out_feats), rows)
         weights = None
         if edge_weight is not None:
             weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
@@ -103,6 +111,11 @@ class GATConv(nn.Module):
         if get_attention:
             return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
         return rst
+
+    def _projections(self) -> tuple[nn.Linear, nn.Linear]:
+        """The Linear layers of the sources and of the destinations (``fc`` for both, unless
+        built with an ``in_feats`` pair)."""
+        return (self.fc, self.fc) if self.fc is not None else (self.fc_src, self.fc_dst)
 
     def _score_terms(self, ft: torch.Tensor, ft_dst: torch.Tensor | None, heads: int, rows: int,
                      cols: int) -> tuple[torch.Tensor, torch.Tensor]:

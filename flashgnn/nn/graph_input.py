@@ -10,7 +10,7 @@ class ZeroInDegreeError(ValueError):
     """A node has no in-edge, so a layer would give it no message (DGL raises DGLError)."""
 
 
-def check_graph_input(graph, feat, in_feats: int | None, allow_zero_in_degree: bool, layer: str,
+def check_graph_input(graph, feat, in_feats: int | tuple[int, int] | None, allow_zero_in_degree: bool, layer: str,
                       reads_destinations: bool = True) -> tuple[Graph, torch.Tensor, torch.Tensor | None]:
     """(``graph`` as a Graph (a DGL graph is converted once), the source features, the
     destination features or None), after checking the features' shapes, types and device and,
@@ -19,18 +19,23 @@ def check_graph_input(graph, feat, in_feats: int | None, allow_zero_in_degree: b
     ``feat`` is either one tensor [num_src, in_feats], whose first num_dst rows are the
     destinations' (a square graph's nodes, a DGL block's destinations: None is returned for
     them), or a pair (feat_src [num_src, in_feats], feat_dst [num_dst, in_feats]), as DGL's
-    layers take them. A layer that ``reads_destinations`` cannot take one tensor on a graph of
-    more destinations than sources."""
+    layers take them. ``in_feats``: the features expected, None (any), or a pair (sources,
+    destinations), which takes pair input only. A layer that ``reads_destinations`` cannot take
+    one tensor on a graph of more destinations than sources."""
     graph = as_graph(graph)
+    in_src, in_dst = in_feats if isinstance(in_feats, tuple) else (in_feats, in_feats)
     if isinstance(feat, (tuple, list)):
         if len(feat) != 2:
             raise ValueError(f"{layer}: a feature pair must be (feat_src, feat_dst), got {len(feat)} tensors")
         feat_src, feat_dst = feat
-        _check_features(feat_src, graph.num_src_nodes, in_feats, graph, layer, "feat_src")
-        _check_features(feat_dst, graph.num_dst_nodes, in_feats, graph, layer, "feat_dst")
+        _check_features(feat_src, graph.num_src_nodes, in_src, graph, layer, "feat_src")
+        _check_features(feat_dst, graph.num_dst_nodes, in_dst, graph, layer, "feat_dst")
         if feat_dst.dtype != feat_src.dtype:
             raise TypeError(f"{layer}: feat_src is {feat_src.dtype} but feat_dst {feat_dst.dtype}")
     else:
+        if isinstance(in_feats, tuple):
+            raise ValueError(f"{layer}: built with in_feats = {in_feats} (sources, destinations), it takes a "
+                             "(feat_src, feat_dst) pair")
         feat_src, feat_dst = feat, None
         _check_features(feat_src, graph.num_src_nodes, in_feats, graph, layer, "feat")
         if reads_destinations and graph.num_dst_nodes > graph.num_src_nodes:
