@@ -34,31 +34,37 @@ def _as_index_tensor(a, name: str) -> torch.Tensor:
 
 def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
     """Raise ValueError unless (indptr, indices) is a canonical CSR pattern of n_cols columns:
-    monotone row pointers, in-range columns, strictly increasing columns within each row."""
+    monotone row pointers, in-range columns, strictly increasing columns within each row.
+    Every check is computed on the tensors' device and read back at once (one host
+    synchronisation on a GPU; mini-batch training builds a graph per step)."""
     if indptr.numel() < 1:
         raise ValueError("indptr must have n_rows + 1 >= 1 entries")
-    if int(indptr[0]) != 0:
-        raise ValueError(f"indptr[0] must be 0, got {int(indptr[0])}")
-    if int(indptr[-1]) != indices.numel():
-        raise ValueError(
-            f"indptr[-1] = {int(indptr[-1])} does not match len(indices) = {indices.numel()}"
-        )
-    if indptr.numel() > 1 and bool((indptr[1:] < indptr[:-1]).any()):
+    nnz = indices.numel()
+    checks = [indptr[0], indptr[-1], (indptr[1:] < indptr[:-1]).any()]
+    if nnz:
+        step = indices[1:] - indices[:-1]
+        # positions whose successor starts a new row; rows past the end go to a spare slot
+        row_ends = indptr[1:-1] - 1
+        row_ends = torch.where((row_ends >= 0) & (row_ends < step.numel()), row_ends, step.numel())
+        same_row = torch.ones(step.numel() + 1, dtype=torch.bool, device=indices.device)
+        same_row[row_ends] = False
+        bad = same_row[:-1] & (step <= 0)
+        checks += [indices.min(), indices.max(), bad.any()]
+    first, last, decreasing, *columns = torch.stack([c.to(torch.int64) for c in checks]).tolist()
+    if first != 0:
+        raise ValueError(f"indptr[0] must be 0, got {first}")
+    if last != nnz:
+        raise ValueError(f"indptr[-1] = {last} does not match len(indices) = {nnz}")
+    if decreasing:
         raise ValueError("indptr must be non-decreasing")
-    if indices.numel() == 0:
+    if not nnz:
         return
-    lo, hi = int(indices.min()), int(indices.max())
+    lo, hi, unordered = columns
     if lo < 0 or hi >= n_cols:
         raise ValueError(f"column index out of range [0, {n_cols}): found {lo if lo < 0 else hi}")
-    step = indices[1:] - indices[:-1]
-    same_row = torch.ones_like(step, dtype=torch.bool)
-    row_ends = indptr[1:-1] - 1  # position of the last entry of each row but the final one
-    row_ends = row_ends[(row_ends >= 0) & (row_ends < step.numel())]
-    same_row[row_ends] = False
-    bad = same_row & (step <= 0)
-    if bool(bad.any()):
+    if unordered:
         pos = int(bad.nonzero()[0])
-        row = int(torch.searchsorted(indptr, torch.tensor(pos), right=True)) - 1
+        row = int(torch.searchsorted(indptr, torch.tensor(pos, device=indptr.device), right=True)) - 1
         kind = "duplicate" if int(step[pos]) == 0 else "unsorted"
         raise ValueError(
             f"{kind} column indices in row {row} (positions {pos} and {pos + 1}); "
@@ -105,17 +111,17 @@ class SlotCoords:
     col: torch.Tensor
 
 
-def vector_windows(row_ptr: torch.Tensor) -> torch.Tensor:
-    """Window of each vector, int64 [n_vectors]."""
+def vector_windows(row_ptr: torch.Tensor, n_vectors: int | None = None) -> torch.Tensor:
+    """Window of each vector, int64 [n_vectors] (given: no host synchronisation)."""
     n_windows = row_ptr.numel() - 1
     counts = row_ptr[1:] - row_ptr[:-1]
-    return torch.repeat_interleave(torch.arange(n_windows, device=row_ptr.device), counts)
+    return torch.repeat_interleave(torch.arange(n_windows, device=row_ptr.device), counts, output_size=n_vectors)
 
 
-def vector_slots(row_ptr: torch.Tensor, k: int) -> torch.Tensor:
+def vector_slots(row_ptr: torch.Tensor, k: int, n_vectors: int | None = None) -> torch.Tensor:
     """Value slots of every vector: int64 [n_vectors, 8], entry [v, r] is the slot of
     row r of vector v's window in column col_idx[v]."""
-    win = vector_windows(row_ptr)
+    win = vector_windows(row_ptr, n_vectors)
     v = torch.arange(win.numel(), device=row_ptr.device)
     start = row_ptr[win]
     j = v - start
@@ -127,15 +133,15 @@ def vector_slots(row_ptr: torch.Tensor, k: int) -> torch.Tensor:
 
 def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     """Slot, row and column of every real nonzero, read from the format alone."""
-    slots = vector_slots(row_ptr, k)
-    win = vector_windows(row_ptr)
+    n_vectors = col_idx.numel()
     r = torch.arange(WINDOW, device=row_ptr.device)
     present = ((vec_mask.to(torch.int64)[:, None] >> r[None, :]) & 1).bool()
-    rows = (WINDOW * win[:, None] + r[None, :]).expand_as(slots)
-    cols = col_idx.to(torch.int64)[:, None].expand_as(slots)
-    slot = slots[present]
+    real = present.flatten().nonzero().flatten()  # 8 * vector + row of each real slot (one host synchronisation)
+    slot = vector_slots(row_ptr, k, n_vectors).flatten()[real]
     order = torch.argsort(slot)
-    return SlotCoords(slot[order], rows[present][order], cols[present][order])
+    vector, row = real[order] // WINDOW, real[order] % WINDOW
+    window = vector_windows(row_ptr, n_vectors)[vector]
+    return SlotCoords(slot[order], WINDOW * window + row, col_idx.to(torch.int64)[vector])
 
 
 @dataclass
@@ -306,7 +312,7 @@ class MEBCRS(WindowedFormat):
             cols = self.col_idx.to(torch.int64)
             if int(cols.min()) < 0 or int(cols.max()) >= self.n_cols:
                 fail("col_idx out of range")
-            win = vector_windows(self.row_ptr)
+            win = vector_windows(self.row_ptr, self.n_vectors)
             same = win[1:] == win[:-1]
             if bool((same & (cols[1:] <= cols[:-1])).any()):
                 fail("vectors of a window are not strictly increasing by column")
@@ -387,12 +393,13 @@ def _build_transpose(a: MEBCRS) -> Transpose:
     key = c.col * max(a.n_rows, 1) + c.row  # A^T in CSR order = A's nonzeros sorted by (col, row)
     order = torch.argsort(key)
     t_rows, t_cols = c.col[order], c.row[order]
-    counts = torch.bincount(t_rows, minlength=a.n_cols)
-    indptr = torch.zeros(a.n_cols + 1, dtype=torch.int64, device=a.device)
-    indptr[1:] = torch.cumsum(counts, 0)
+    # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount has)
+    indptr = torch.searchsorted(t_rows, torch.arange(a.n_cols + 1, device=a.device))
     src_slot = c.slot[order]
-    if a.device.type == "cuda":
-        at = MEBCRS.from_csr(indptr, t_cols, a.values[src_slot], n_cols=a.n_rows, k=a.k, device=a.device)
+    if a.device.type == "cuda":  # canonical by construction: built without the checks of from_csr
+        from ._cuda.build import build_mebcrs_cuda
+
+        at = build_mebcrs_cuda(indptr, t_cols, a.values[src_slot], a.n_rows, a.k, a.device)
     else:
         at = _build_reference(indptr, t_cols, a.values[src_slot], a.n_rows, a.k)
     return Transpose(at, src_slot)

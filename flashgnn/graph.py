@@ -97,10 +97,12 @@ def _node_counts(num_nodes, ids: torch.Tensor) -> tuple[int, int]:
     return n, n
 
 
-def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
+def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[int, int] | None = None) -> None:
+    """Raise ValueError on an id of ``ids`` outside [0, num_nodes); ``bounds``: (min, max) of
+    ids when already read from the device."""
     if ids.numel() == 0:
         return
-    lo, hi = int(ids.min()), int(ids.max())
+    lo, hi = bounds if bounds is not None else torch.stack([ids.min(), ids.max()]).tolist()
     if lo < 0:
         pos = int((ids < 0).nonzero()[0, -1])
         raise ValueError(f"negative node id {lo} in {what} (edge {pos})")
@@ -109,10 +111,21 @@ def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
         raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes")
 
 
+def _is_permutation(ids: torch.Tensor, n: int) -> bool:
+    """Whether ``ids`` (int64 [n]) holds every one of 0 .. n - 1 (one host synchronisation)."""
+    if ids.shape != (n,):
+        return False
+    in_range = (ids >= 0) & (ids < n)
+    seen = torch.zeros(n + 1, dtype=torch.bool, device=ids.device)
+    seen[torch.where(in_range, ids, n)] = True
+    return bool(in_range.all() & seen[:n].all())
+
+
 def _csr_rows(indptr, indices, num_nodes):
     """Validated (indptr, indices, destination of each position, (num_src, num_dst)) of a CSR
     whose rows are destinations (``num_nodes``: None or an int for a square CSR, a pair
-    (num_src, num_dst) for a bipartite one); the sources of a row may come in any order."""
+    (num_src, num_dst) for a bipartite one); the sources of a row may come in any order.
+    The checks are read from the device at once."""
     indptr = _index_tensor(indptr, "indptr")
     indices = _index_tensor(indices, "indices").to(indptr.device)
     if indptr.dim() != 1 or indices.dim() != 1 or indptr.numel() < 1:
@@ -123,10 +136,13 @@ def _csr_rows(indptr, indices, num_nodes):
         raise ValueError(f"indptr has {n_rows} rows but there are {num_dst} destination nodes "
                          f"(num_nodes = {num_nodes!r}); rows are destinations")
     counts = indptr[1:] - indptr[:-1]
-    if int(indptr[0]) != 0 or int(indptr[-1]) != indices.numel() or bool((counts < 0).any()):
+    nnz = indices.numel()
+    checks = [indptr[0], indptr[-1], (counts < 0).any()] + ([indices.min(), indices.max()] if nnz else [])
+    first, last, decreasing, *bounds = torch.stack([c.to(torch.int64) for c in checks]).tolist()
+    if first != 0 or last != nnz or decreasing:
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
-    _check_node_ids(indices, num_src, "indices (sources)")
-    dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts)
+    _check_node_ids(indices, num_src, "indices (sources)", tuple(bounds) if nnz else None)
+    dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts, output_size=nnz)
     return indptr, indices, dst, (num_src, num_dst)
 
 
@@ -159,18 +175,16 @@ class Graph:
             edge_ids = torch.arange(num_edges, device=indptr.device)
         else:
             edge_ids = _index_tensor(edge_ids, "edge_ids").to(indptr.device)
-            seen = torch.zeros(num_edges, dtype=torch.bool, device=indptr.device)
-            if edge_ids.shape != (num_edges,) or (num_edges and (int(edge_ids.min()) < 0
-                                                                or int(edge_ids.max()) >= num_edges)):
+            if not _is_permutation(edge_ids, num_edges):
                 raise ValueError(f"edge_ids must be a permutation of 0..{num_edges - 1}")
-            seen[edge_ids] = True
-            if not bool(seen.all()):
-                raise ValueError(f"edge_ids must be a permutation of 0..{num_edges - 1} (ids repeat)")
+        self._set(indptr, indices, (num_src, num_dst), edge_ids, _weight_tensor(edge_weight, num_edges, indptr.device))
+
+    def _set(self, indptr, indices, num_nodes: tuple[int, int], edge_ids, edge_weight) -> None:
         self.indptr = indptr
         self.indices = indices
         self.edge_ids = edge_ids
-        self.edge_weight = _weight_tensor(edge_weight, num_edges, indptr.device)
-        self.num_src_nodes, self.num_dst_nodes = num_src, num_dst
+        self.edge_weight = edge_weight
+        self.num_src_nodes, self.num_dst_nodes = num_nodes
         # formats and per-edge tables, keyed by what they depend on; shared by .to() copies
         self._cache: dict = {}
 
@@ -196,7 +210,8 @@ class Graph:
     @classmethod
     def _from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: tuple[int, int], edge_weight) -> "Graph":
         """Edges in edge-id order -> canonical CSR of A [dst, src] on (num_src, num_dst) nodes;
-        duplicates raise."""
+        duplicates raise. The ids and weights must have been checked: the result, canonical by
+        construction, is not checked again."""
         num_src, num_dst = num_nodes
         key = dst * max(num_src, 1) + src
         if key.numel() < 2 or bool((key[1:] > key[:-1]).all()):
@@ -212,9 +227,11 @@ class Graph:
                 f"duplicate edge {int(src[e1])} -> {int(dst[e1])} (edges {e1} and {e2}); "
                 "merge duplicates first (e.g. sum their weights with torch_geometric.utils.coalesce)"
             )
-        indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=key.device)
-        indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_dst), 0)
-        return cls(indptr, src[order], num_nodes, edge_ids=order, edge_weight=edge_weight)
+        # rows are sorted: each row's start is a binary search (bincount would synchronise)
+        indptr = torch.searchsorted(key_sorted, torch.arange(num_dst + 1, device=key.device) * max(num_src, 1))
+        graph = cls.__new__(cls)
+        graph._set(indptr, src[order], num_nodes, order, edge_weight)
+        return graph
 
     @classmethod
     def from_edge_index(cls, edge_index, num_nodes=None, edge_weight=None) -> "Graph":
@@ -273,7 +290,7 @@ class Graph:
             weight = values if values.is_floating_point() else values.to(torch.float32)
             if weight.dim() != 1:
                 raise ValueError("sparse tensors with dense value dimensions are not supported")
-            return cls._from_edges(cols, rows, n, weight)
+            return cls.from_edge_index(torch.stack([cols, rows]), n, weight)
         if t.layout == torch.sparse_csr:
             values = t.values()
             weight = values if values.is_floating_point() else values.to(torch.float32)
@@ -310,8 +327,7 @@ class Graph:
         num_edges = indices.numel()
         if eids.numel() == 0:
             eids = torch.arange(num_edges, device=indices.device)
-        if eids.shape != (num_edges,) or (num_edges and (
-                int(eids.min()) < 0 or int(eids.max()) >= num_edges or torch.unique(eids).numel() != num_edges)):
+        elif not _is_permutation(eids, num_edges):
             raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{num_edges - 1}")
         src_by_id, dst_by_id = torch.empty_like(indices), torch.empty_like(dst)
         src_by_id[eids], dst_by_id[eids] = indices, dst
@@ -355,7 +371,8 @@ class Graph:
 
     def out_degrees(self) -> torch.Tensor:
         """Number of out-edges of every source node, int64 [num_src_nodes]."""
-        return torch.bincount(self.indices, minlength=self.num_src_nodes)
+        ones = torch.ones_like(self.indices)  # index_add, unlike bincount, needs no host synchronisation
+        return torch.zeros(self.num_src_nodes, dtype=torch.int64, device=self.device).index_add_(0, self.indices, ones)
 
     def has_zero_in_degree(self) -> bool:
         return self._cached(("zero_in",), lambda: bool((self.in_degrees() == 0).any()))

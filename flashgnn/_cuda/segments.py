@@ -121,13 +121,16 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     n_windows = row_ptr.numel() - 1
     vectors = row_ptr[1:] - row_ptr[:-1]
     count = torch.clamp((vectors + seg_vectors - 1) // seg_vectors, min=1)
-    window = torch.repeat_interleave(torch.arange(n_windows, device=device), count)
+    is_split = count > 1
+    # the sizes below, read from the device at once (one host synchronisation per build)
+    n_segments, n_split, n_parts = torch.stack([count.sum(), is_split.sum(), (count * is_split).sum()]).tolist()
+    window = torch.repeat_interleave(torch.arange(n_windows, device=device), count, output_size=n_segments)
     first = torch.cumsum(count, 0) - count
     begin = (torch.arange(window.numel(), device=device) - first[window]) * seg_vectors
     split = count[window] > 1
     part = torch.where(split, torch.cumsum(split, 0) - 1, torch.full_like(window, -1))
-    split_window = torch.nonzero(count > 1).flatten()
-    split_index = torch.cumsum(count > 1, 0) - 1
+    split_window = torch.nonzero_static(is_split, size=n_split).flatten()
+    split_index = torch.cumsum(is_split, 0) - 1
     seg_split = torch.where(split, split_index[window], torch.full_like(window, -1))
     i32 = torch.int32
     split_count = count[split_window]
@@ -140,7 +143,7 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
         order = torch.argsort(col_idx[first_vector], stable=True)
     return Segments(window[order].to(i32), begin[order].to(i32), first_vector[order], length[order].to(i32),
                     part[order].to(i32), seg_split[order].to(i32), split_window.to(i32), split_part.to(i32),
-                    split_count.to(i32), seg_vectors, int(split_count.sum()))
+                    split_count.to(i32), seg_vectors, n_parts)
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
