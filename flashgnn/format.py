@@ -47,7 +47,7 @@ def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
         row_ends = indptr[1:-1] - 1
         row_ends = torch.where((row_ends >= 0) & (row_ends < step.numel()), row_ends, step.numel())
         same_row = torch.ones(step.numel() + 1, dtype=torch.bool, device=indices.device)
-        same_row[row_ends] = False
+        same_row.index_fill_(0, row_ends, False)
         bad = same_row[:-1] & (step <= 0)
         checks += [indices.min(), indices.max(), bad.any()]
     first, last, decreasing, *columns = torch.stack([c.to(torch.int64) for c in checks]).tolist()

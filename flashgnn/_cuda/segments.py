@@ -158,5 +158,6 @@ def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
     seg = built.get((seg_vectors, by_column))
     if seg is None:
         seg = built[seg_vectors, by_column] = built_for_reuse(lambda: _build(
-            row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1])), col_idx if by_column else None))
+            row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1]) if col_idx is None else col_idx.numel()),
+            col_idx if by_column else None))
     return seg
