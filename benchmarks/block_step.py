@@ -23,32 +23,7 @@ import torch
 from flashgnn import nn as fnn
 from flashgnn.benchmarking.graphs import data_dir, load_graph
 from flashgnn.graph import Graph
-
-
-class Block:
-    """A DGL block through the interface flashgnn reads: edges src -> dst (local ids)."""
-
-    def __init__(self, src, dst, n_src, n_dst):
-        self.src, self.dst, self.n_src, self.n_dst = src, dst, n_src, n_dst
-        self.device = src.device
-
-    def adj_tensors(self, fmt):
-        eids = torch.sort(self.dst, stable=True).indices
-        indptr = torch.zeros(self.n_dst + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(torch.bincount(self.dst, minlength=self.n_dst), 0)
-        return indptr, self.src[eids], eids
-
-    def num_src_nodes(self):
-        return self.n_src
-
-    def num_dst_nodes(self):
-        return self.n_dst
-
-    def num_edges(self):
-        return self.src.numel()
-
-    def renewed(self) -> "Block":
-        return Block(self.src.clone(), self.dst.clone(), self.n_src, self.n_dst)
+from examples.dgl_style_model import TinyDGLGraph
 
 
 def block_of(indptr, indices, seeds, fanout):
@@ -64,7 +39,7 @@ def block_of(indptr, indices, seeds, fanout):
     local[new] = torch.arange(seeds.numel(), seeds.numel() + new.numel(), device=device)
     own = torch.arange(seeds.numel(), device=device)
     key = torch.unique(torch.cat([dst, own]) * n + torch.cat([local[src_global], own]))  # no duplicate edge
-    return Block(key % n, key // n, seeds.numel() + new.numel(), seeds.numel()), torch.cat([seeds, new])
+    return TinyDGLGraph(key % n, key // n, seeds.numel() + new.numel(), seeds.numel()), torch.cat([seeds, new])
 
 
 def median_ms(fn, reps=10):
@@ -101,8 +76,8 @@ def main() -> None:
         h = layers[1](graphs[1], layers[0](graphs[0], x))
         torch.autograd.grad(h.sum(), [x] + params)
 
-    def fresh():
-        return [b.renewed() for b in blocks]
+    def fresh():  # new objects, as a sampler returns every step
+        return [TinyDGLGraph(b.src.clone(), b.dst.clone(), b.n_src, b.n_dst) for b in blocks]
 
     def torch_sparse_step():
         h = x

@@ -41,7 +41,7 @@ class TinyDGLGraph:
         if fmt != "csc":
             raise NotImplementedError(fmt)
         eids = torch.sort(self.dst, stable=True).indices
-        indptr = torch.zeros(self.n_dst + 1, dtype=torch.int64)
+        indptr = torch.zeros(self.n_dst + 1, dtype=torch.int64, device=self.device)
         indptr[1:] = torch.cumsum(torch.bincount(self.dst, minlength=self.n_dst), 0)
         return indptr, self.src[eids], eids
 
@@ -138,6 +138,22 @@ def load_data():
     return "random", pairs[0], pairs[1], n, x, y, train, ~train
 
 
+def train_step(model, opt, g, feat, rows, labels) -> torch.Tensor:
+    """One optimiser step on the cross-entropy of ``model(g, feat)[rows]``; returns the loss."""
+    model.train()
+    opt.zero_grad()
+    loss = F.cross_entropy(model(g, feat)[rows], labels)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def accuracy(model, g, x, y, mask) -> float:
+    model.eval()
+    with torch.no_grad():
+        return (model(g, x).argmax(1)[mask] == y[mask]).float().mean().item()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30)
@@ -153,14 +169,8 @@ def main() -> None:
         start = time.perf_counter()
         with flashgnn.precision(args.precision):  # the sparse ops of every layer
             for _ in range(args.epochs):
-                model.train()
-                opt.zero_grad()
-                loss = F.cross_entropy(model(g, x)[train], y[train])
-                loss.backward()
-                opt.step()
-            model.eval()
-            with torch.no_grad():
-                acc = (model(g, x).argmax(1)[test] == y[test]).float().mean().item()
+                loss = train_step(model, opt, g, x, train, y[train])
+            acc = accuracy(model, g, x, y, test)
         print(f"{type(model).__name__} ({args.precision}): loss {loss.item():.3f}, test accuracy {acc:.3f} "
               f"after {args.epochs} epochs, {time.perf_counter() - start:.1f} s")
 
@@ -170,16 +180,10 @@ def main() -> None:
     start = time.perf_counter()
     with flashgnn.precision(args.precision):
         for _ in range(max(args.epochs // 5, 1)):
-            model.train()
             for seeds in torch.split(train.nonzero()[:, 0][torch.randperm(int(train.sum()))], 64):
                 input_nodes, blocks = sample_blocks(g, seeds, [10, 5])
-                opt.zero_grad()
-                loss = F.cross_entropy(model(blocks, x[input_nodes]), y[seeds])
-                loss.backward()
-                opt.step()
-        model.eval()
-        with torch.no_grad():
-            acc = (model(g, x).argmax(1)[test] == y[test]).float().mean().item()
+                loss = train_step(model, opt, blocks, x[input_nodes], slice(None), y[seeds])
+        acc = accuracy(model, g, x, y, test)
     print(f"GCN on sampled blocks ({args.precision}): loss {loss.item():.3f}, test accuracy {acc:.3f} "
           f"(full-graph inference), {time.perf_counter() - start:.1f} s")
 
