@@ -223,16 +223,7 @@ class MEBCRS(WindowedFormat):
             return Blocked16.from_csr(indptr, indices, values, n_cols=n_cols, device=device)
         if vector != WINDOW:
             raise ValueError(f"vector must be 8 (ME-BCRS) or 16 (the 16x1 baseline), got {vector}")
-        if k not in BLOCK_WIDTHS:
-            raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(indptr, indices, values, n_cols, device)
-        if device.type == "cuda":
-            from ._cuda.build import build_mebcrs_cuda
-            from ._cuda.runtime import require_device
-
-            require_device(device)
-            return build_mebcrs_cuda(indptr_t, indices_t, values_t, n_cols, k, device)
-        return _build_reference(indptr_t.to(device), indices_t.to(device), values_t.to(device), n_cols, k)
+        return build_canonical(*csr_inputs(indptr, indices, values, n_cols, device), k)
 
     # ------------------------------------------------------------------ reading
     def slot_coords(self) -> SlotCoords:
@@ -382,6 +373,19 @@ def build_pattern(indptr, indices, n_cols: int, k: int):
     return row_ptr, col_idx, perm, vec_mask.to(torch.uint8)
 
 
+def build_canonical(indptr, indices, values, n_cols: int, device: torch.device, k: int) -> MEBCRS:
+    """ME-BCRS of a CSR known to be canonical (int64 indptr and indices, float values [nnz]),
+    built on ``device`` without the checks of ``MEBCRS.from_csr``: for callers whose CSR is
+    canonical by construction (a Graph's, A^T's)."""
+    if k not in BLOCK_WIDTHS:
+        raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
+    if device.type == "cuda":
+        from ._cuda.build import build_mebcrs_cuda
+
+        return build_mebcrs_cuda(indptr, indices, values, n_cols, k, device)
+    return _build_reference(indptr.to(device), indices.to(device), values.to(device), n_cols, k)
+
+
 def _build_reference(indptr, indices, values, n_cols, k) -> MEBCRS:
     row_ptr, col_idx, perm, vec_mask = build_pattern(indptr, indices, n_cols, k)
     out_values = values.new_zeros(WINDOW * col_idx.numel()).index_copy_(0, perm, values)
@@ -396,11 +400,5 @@ def _build_transpose(a: MEBCRS) -> Transpose:
     # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount has)
     indptr = torch.searchsorted(t_rows, torch.arange(a.n_cols + 1, device=a.device))
     src_slot = c.slot[order]
-    if a.device.type == "cuda":  # canonical by construction: built without the checks of from_csr
-        from ._cuda.build import build_mebcrs_cuda
-
-        at = build_mebcrs_cuda(indptr, t_cols, a.values[src_slot], a.n_rows, a.k, a.device)
-    else:
-        at = _build_reference(indptr, t_cols, a.values[src_slot], a.n_rows, a.k)
-    return Transpose(at, src_slot)
+    return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot)
 

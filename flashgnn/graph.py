@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .block_diagonal import block_diagonal
-from .format import MEBCRS, check_csr
+from .format import MEBCRS, build_canonical, check_csr
 from .tensor_cache import built_for_reuse
 
 NORMS = ("both", "right", "left", "none")
@@ -401,9 +401,8 @@ class Graph:
         """The same graph on ``device``; formats already built for any device are shared."""
         device = torch.device(device)
         moved = Graph.__new__(Graph)
-        moved.indptr, moved.indices, moved.edge_ids = (t.to(device) for t in (self.indptr, self.indices, self.edge_ids))
-        moved.edge_weight = None if self.edge_weight is None else self.edge_weight.to(device)
-        moved.num_src_nodes, moved.num_dst_nodes = self.num_src_nodes, self.num_dst_nodes
+        moved._set(*(t.to(device) for t in (self.indptr, self.indices)), self.node_counts, self.edge_ids.to(device),
+                   None if self.edge_weight is None else self.edge_weight.to(device))
         moved._cache = {key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"}
         return moved
 
@@ -429,7 +428,9 @@ class Graph:
             values = None
             if self.edge_weight is not None:
                 values = self.edge_weight[self.edge_ids].to(torch.float32)
-            return MEBCRS.from_csr(self.indptr, self.indices, values, n_cols=self.num_src_nodes, k=k, device=device)
+            if values is None:
+                values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
+            return build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
         return self._cached((k, "format", device), build)
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
