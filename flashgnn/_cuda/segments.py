@@ -116,34 +116,33 @@ _CACHE = TensorCache()  # row_ptr -> {(seg_vectors, by column): Segments}
 
 
 def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None) -> Segments:
-    """Segments longest first, or by the column of their first vector when ``col_idx`` is given."""
+    """Segments longest first, or by the column of their first vector when ``col_idx`` is given.
+    Few ops and one host synchronisation: a mini-batch builds segments for new blocks every step."""
     device = row_ptr.device
     n_windows = row_ptr.numel() - 1
     vectors = row_ptr[1:] - row_ptr[:-1]
-    count = torch.clamp((vectors + seg_vectors - 1) // seg_vectors, min=1)
+    count = torch.clamp((vectors + seg_vectors - 1) // seg_vectors, min=1)  # segments per window
     is_split = count > 1
-    # the sizes below, read from the device at once (one host synchronisation per build)
     n_segments, n_split, n_parts = torch.stack([count.sum(), is_split.sum(), (count * is_split).sum()]).tolist()
     window = torch.repeat_interleave(torch.arange(n_windows, device=device), count, output_size=n_segments)
-    first = torch.cumsum(count, 0) - count
-    begin = (torch.arange(window.numel(), device=device) - first[window]) * seg_vectors
-    split = count[window] > 1
-    part = torch.where(split, torch.cumsum(split, 0) - 1, torch.full_like(window, -1))
-    split_window = torch.nonzero_static(is_split, size=n_split).flatten()
-    split_index = torch.cumsum(is_split, 0) - 1
-    seg_split = torch.where(split, split_index[window], torch.full_like(window, -1))
-    i32 = torch.int32
-    split_count = count[split_window]
-    first_vector = row_ptr[:-1][window] + begin
+    first = torch.cumsum(count, 0) - count  # each window's first segment
+    begin = (torch.arange(n_segments, device=device) - first[window]) * seg_vectors
+    split = is_split[window]
+    part = torch.where(split, torch.cumsum(split, 0) - 1, -1)
+    seg_split = torch.where(split, (torch.cumsum(is_split, 0) - 1)[window], -1)
     length = torch.clamp(vectors[window] - begin, max=seg_vectors)
-    split_part = part[first[split_window]]
+    first_vector = row_ptr[window] + begin
     if col_idx is None:
         order = torch.argsort(length, descending=True, stable=True)
     else:
         order = torch.argsort(col_idx[first_vector], stable=True)
-    return Segments(window[order].to(i32), begin[order].to(i32), first_vector[order], length[order].to(i32),
-                    part[order].to(i32), seg_split[order].to(i32), split_window.to(i32), split_part.to(i32),
-                    split_count.to(i32), seg_vectors, n_parts)
+    split_window = torch.nonzero_static(is_split, size=n_split).flatten()
+    # the int32 arrays, gathered and converted together (rows of one tensor)
+    split_window, split_part, split_count = torch.stack(
+        [split_window, part[first[split_window]], count[split_window]]).to(torch.int32)
+    window, begin, length, part, seg_split = torch.stack([window, begin, length, part, seg_split])[:, order].to(torch.int32)
+    return Segments(window, begin, first_vector[order], length, part, seg_split, split_window, split_part,
+                    split_count, seg_vectors, n_parts)
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
