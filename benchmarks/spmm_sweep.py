@@ -2,14 +2,12 @@
 segment (``ways``) x in-kernel summing of split windows (``fuse_max_parts``, 0 = every split
 window summed by the separate spmm_reduce launch) x features per lane, against fp32 cuSPARSE,
 with the benchmark timer of ``flashgnn bench kernels`` (median of CUDA-event times, cold L2). At
-one segment length and run count every variant must return the same bits (fusing and the
-feature chunks a block takes change who sums, never the order of the sum); a mismatch is
-printed and makes the exit status 1. Also times an empty kernel: the floor of any one-launch op
-under this timer.
+one segment length and run count every variant must return the same bits (fusing changes who
+sums, never the order of the sum); a mismatch is printed and makes the exit status 1. Also times
+an empty kernel: the floor of any one-launch op under this timer.
 
     python benchmarks/spmm_sweep.py --graphs citeseer,twitch_DE --sizes 32,128 \\
-        --precisions fp16,tf32 --seg 64,128 --ways 1,2 --fuse 0,16 --features 4,8 \\
-        --block-chunks 1,4 [--csv out.csv]
+        --precisions fp16,tf32 --seg 64,128 --ways 1,2 --fuse 0,16 --features 4,8 [--csv out.csv]
 """
 import argparse
 import sys
@@ -38,8 +36,6 @@ def main() -> int:
     p.add_argument("--fuse", default="0,16", help="fuse_max_parts values")
     p.add_argument("--features", default="0", help="features per lane and vector (4, 8); 0 = the default")
     p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
-    p.add_argument("--block-chunks", default="0",
-                   help="feature chunks of a segment one block takes (1, 2, 4); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--csv", default=None)
     args = p.parse_args()
@@ -68,35 +64,33 @@ def main() -> int:
                 xs = x.to(STORAGE[precision])
                 for seg, ways in [(s_, w_) for s_ in ints(args.seg) for w_ in ints(args.ways)]:
                     first = None  # another segment length or way count sums in another order
-                    for fuse, features, chunks in [(f, lf, c) for f in ints(args.fuse) for lf in ints(args.features)
-                                                   for c in ints(args.block_chunks)]:
+                    for fuse, features in [(f, lf) for f in ints(args.fuse) for lf in ints(args.features)]:
                         def call():
                             return spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows, k,
                                                     precision, xs.dtype, seg_vectors=seg or None,
                                                     fuse_max_parts=fuse, features=features or None,
-                                                    ways=ways or None, block_chunks=chunks or None)
+                                                    ways=ways or None)
                         m = timer(call)
                         same = first is None or torch.equal(m.result, first)
                         first = m.result if first is None else first
                         mismatches += not same
                         row = [g.name, g.nnz, n, precision, seg or "default", ways or "default", fuse,
-                               features or "default", chunks or "default",
+                               features or "default",
                                f"{m.ms * 1e3:.1f}", f"{base * 1e3:.1f}", f"{base / m.ms:.2f}",
                                "" if same else "MISMATCH"]
                         rows.append(row)
                         print("  ".join(map(str, row)), flush=True)
-    header = ["graph", "nnz", "N", "precision", "seg", "ways", "fuse", "features", "block chunks", "us",
-              "cusparse us", "x", "bits"]
+    header = ["graph", "nnz", "N", "precision", "seg", "ways", "fuse", "features", "us", "cusparse us", "x", "bits"]
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(",".join(header) + "\n")
             f.writelines(",".join(map(str, r)) + "\n" for r in rows)
-    # geomean of x per (N, precision, seg, ways, fuse, features, block chunks) over the graphs
+    # geomean of x per (N, precision, seg, ways, fuse, features) over the graphs
     keys = {}
     for r in rows:
-        keys.setdefault(tuple(r[2:9]), []).append(float(r[11]))
+        keys.setdefault(tuple(r[2:8]), []).append(float(r[10]))
     summary = [[*map(str, k), str(len(v)), f"{table.geomean(v):.2f}"] for k, v in keys.items()]
-    print(table.text_table(header[2:9] + ["graphs", "geomean x"], summary))
+    print(table.text_table(["N", "precision", "seg", "ways", "fuse", "features", "graphs", "geomean x"], summary))
     print(f"empty kernel: {floor * 1e3:.1f} us; bit mismatches: {mismatches}")
     return 1 if mismatches else 0
 

@@ -72,13 +72,12 @@ def chunk_warps(chunks: int, ways: int) -> int:
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype, *, seg_vectors: int | None = None,
                      fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None,
-                     ways: int | None = None, block_chunks: int | None = None) -> torch.Tensor:
+                     ways: int | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
-    ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts``,
-    ``features`` (per lane, 4 or 8) and ``block_chunks`` (feature chunks of a segment one block
-    takes: 1, 2 or 4, at most 4 / ways) override the tuned work split; at one ``seg_vectors``
-    and ``ways`` the result is the same bits whatever the others are."""
+    ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
+    ``features`` (per lane, 4 or 8) override the tuned work split; at one ``seg_vectors`` and
+    ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
@@ -93,9 +92,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
     chunks = -(-n // (8 * features))
-    per_way = block_chunks or chunk_warps(chunks, ways)
-    if per_way not in (1, 2, 4) or per_way * ways > WARPS_PER_BLOCK:
-        raise ValueError(f"spmm: block_chunks must be 1, 2 or 4 and at most {WARPS_PER_BLOCK} // ways, got {per_way}")
+    per_way = chunk_warps(chunks, ways)
     per_segment = per_way * ways
     segments_per_block = WARPS_PER_BLOCK // per_segment
     chunk_groups = -(-chunks // per_way)
