@@ -118,10 +118,11 @@ def vector_windows(row_ptr: torch.Tensor, n_vectors: int | None = None) -> torch
     return torch.repeat_interleave(torch.arange(n_windows, device=row_ptr.device), counts, output_size=n_vectors)
 
 
-def vector_slots(row_ptr: torch.Tensor, k: int, n_vectors: int | None = None) -> torch.Tensor:
+def vector_slots(row_ptr: torch.Tensor, k: int, win: torch.Tensor | None = None) -> torch.Tensor:
     """Value slots of every vector: int64 [n_vectors, 8], entry [v, r] is the slot of
-    row r of vector v's window in column col_idx[v]."""
-    win = vector_windows(row_ptr, n_vectors)
+    row r of vector v's window in column col_idx[v]; ``win``: ``vector_windows(row_ptr)``
+    when the caller has it."""
+    win = vector_windows(row_ptr) if win is None else win
     v = torch.arange(win.numel(), device=row_ptr.device)
     start = row_ptr[win]
     j = v - start
@@ -137,11 +138,11 @@ def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     r = torch.arange(WINDOW, device=row_ptr.device)
     present = ((vec_mask.to(torch.int64)[:, None] >> r[None, :]) & 1).bool()
     real = present.flatten().nonzero().flatten()  # 8 * vector + row of each real slot (one host synchronisation)
-    slot = vector_slots(row_ptr, k, n_vectors).flatten()[real]
+    win = vector_windows(row_ptr, n_vectors)
+    slot = vector_slots(row_ptr, k, win).flatten()[real]
     order = torch.argsort(slot)
     vector, row = real[order] // WINDOW, real[order] % WINDOW
-    window = vector_windows(row_ptr, n_vectors)[vector]
-    return SlotCoords(slot[order], WINDOW * window + row, col_idx.to(torch.int64)[vector])
+    return SlotCoords(slot[order], WINDOW * win[vector] + row, col_idx.to(torch.int64)[vector])
 
 
 @dataclass
