@@ -1,5 +1,5 @@
-"""Work segments (flashgnn/_cuda/segments.py) against a loop over the windows: built with torch
-on the CPU, the same code that runs on the GPU."""
+"""Work segments (flashgnn/_cuda/segments.py, kernels/segments.cu) against a loop over the
+windows, and the SpMM's work split."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,11 @@ import torch
 
 from flashgnn._cuda import segments
 from flashgnn._cuda.segments import segments_for
+from tests.helpers import needs_gpu
+
+
+def cuda_row_ptr(vectors_per_window) -> torch.Tensor:
+    return torch.tensor(np.concatenate([[0], np.cumsum(vectors_per_window)]), dtype=torch.int64, device="cuda")
 
 
 def expected(vectors_per_window: list[int], seg_vectors: int) -> dict[str, list]:
@@ -33,27 +38,43 @@ def expected(vectors_per_window: list[int], seg_vectors: int) -> dict[str, list]
     return out
 
 
-@pytest.mark.parametrize("seg_vectors", [64, 128])
-def test_segments_match_a_loop_over_windows(seg_vectors):
+def window_sizes(case: str, seg_vectors: int) -> list[int]:
     rng = np.random.default_rng(7)
-    vectors = [0, 5, seg_vectors, seg_vectors + 1, 0, 3 * seg_vectors, 20 * seg_vectors + 7, 1]
-    vectors += list(rng.integers(0, 4 * seg_vectors, 40))
-    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
+    if case == "mixed":  # empty, exact multiples, one over, a hub, an empty last window
+        vectors = [0, 5, seg_vectors, seg_vectors + 1, 0, 3 * seg_vectors, 20 * seg_vectors + 7, 1]
+        return vectors + list(rng.integers(0, 4 * seg_vectors, 40)) + [0]
+    if case == "no vectors":
+        return [0, 0, 0]
+    if case == "no windows":
+        return []
+    # many windows: more segments than one launch's threads
+    return list(rng.integers(0, 3 * seg_vectors, 300_000 // seg_vectors * 4))
+
+
+@needs_gpu
+@pytest.mark.parametrize("seg_vectors", [64, 128])
+@pytest.mark.parametrize("case", ["mixed", "no vectors", "no windows", "many windows"])
+def test_segments_match_a_loop_over_windows(case, seg_vectors):
+    vectors = window_sizes(case, seg_vectors)
+    row_ptr = cuda_row_ptr(vectors)
     seg = segments_for(row_ptr, seg_vectors)
     want = expected(vectors, seg_vectors)
     # longest first, windows in order among equal lengths
     order = sorted(range(len(want["count"])), key=lambda i: -want["count"][i])
     for name, values in want.items():
         per_segment = name in ("window", "first", "count", "part", "split")
-        assert getattr(seg, name).tolist() == ([values[i] for i in order] if per_segment else values), name
+        got = getattr(seg, name)
+        assert got.is_cuda and got.dtype == (torch.int64 if name == "first" else torch.int32), name
+        assert got.tolist() == ([values[i] for i in order] if per_segment else values), name
+    assert torch.equal(seg.begin.long(), seg.first - row_ptr[seg.window.long()])
     assert seg.n_parts == sum(want["split_count"])
     assert seg.seg_vectors == seg_vectors
 
 
+@needs_gpu
 def test_split_longer_than_keeps_the_long_windows_in_order():
     vectors = [10, 64 * 3, 64 * 17, 0, 64 * 16 + 1, 64 * 2]
-    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
-    seg = segments_for(row_ptr, 64)
+    seg = segments_for(cuda_row_ptr(vectors), 64)
     windows, parts, counts = seg.split_longer_than(16)
     assert windows.tolist() == [2, 4] and counts.tolist() == [17, 17]
     assert parts.tolist() == [3, 3 + 17]
@@ -61,9 +82,9 @@ def test_split_longer_than_keeps_the_long_windows_in_order():
     assert seg.split_longer_than(16) is seg.split_longer_than(16)
 
 
+@needs_gpu
 def test_counters_start_at_zero_per_chunk_count_and_stream():
-    row_ptr = torch.tensor([0, 300, 310, 1000], dtype=torch.int64)
-    seg = segments_for(row_ptr, 64)
+    seg = segments_for(cuda_row_ptr([300, 10, 690]), 64)
     c = seg.counters(4, stream=7)
     assert c.dtype == torch.int32 and c.numel() == seg.n_split * 4 and not c.any()
     assert seg.counters(4, stream=7) is c
@@ -102,14 +123,15 @@ def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
                          torch.float16, ways=3)
 
 
+@needs_gpu
 def test_column_order_sorts_by_first_column_and_keeps_the_segments(monkeypatch):
     """Long-row patterns: the same segments, ordered by the column of their first vector
     (window order among equal columns); other patterns, or no col_idx: longest first."""
     rng = np.random.default_rng(3)
     vectors = [300, 0, 70, 513, 129]
-    row_ptr = torch.tensor(np.concatenate([[0], np.cumsum(vectors)]), dtype=torch.int64)
+    row_ptr = cuda_row_ptr(vectors)
     col_idx = torch.from_numpy(np.concatenate([np.sort(rng.choice(1000, nv, replace=False)) for nv in vectors])
-                               ).to(torch.int32)
+                               ).to(torch.int32).cuda()
     monkeypatch.setattr(segments, "COLUMN_ORDER_MIN_VECTORS", 1)
     monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", sum(vectors) // len(vectors))
     by_length = segments_for(row_ptr, 64)

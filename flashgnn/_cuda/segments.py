@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..tensor_cache import TensorCache, built_for_reuse
+from .runtime import launch, ptr
+from .sources import register
+
+SOURCE = register("segments.cu", ["fg::segment_sizes", "fg::segment_fill"])
+_THREADS = 256
 
 # Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
 # (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
@@ -116,33 +121,34 @@ _CACHE = TensorCache()  # row_ptr -> {(seg_vectors, by column): Segments}
 
 
 def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None) -> Segments:
-    """Segments longest first, or by the column of their first vector when ``col_idx`` is given.
-    Few ops and one host synchronisation: a mini-batch builds segments for new blocks every step."""
+    """Segments longest first, or by the column of their first vector when ``col_idx`` is given
+    (kernels/segments.cu). A few launches and one host synchronisation: a mini-batch builds
+    segments for new blocks every step."""
     device = row_ptr.device
     n_windows = row_ptr.numel() - 1
-    vectors = row_ptr[1:] - row_ptr[:-1]
-    count = torch.clamp((vectors + seg_vectors - 1) // seg_vectors, min=1)  # segments per window
-    is_split = count > 1
-    n_segments, n_split, n_parts = torch.stack([count.sum(), is_split.sum(), (count * is_split).sum()]).tolist()
-    window = torch.repeat_interleave(torch.arange(n_windows, device=device), count, output_size=n_segments)
-    first = torch.cumsum(count, 0) - count  # each window's first segment
-    begin = (torch.arange(n_segments, device=device) - first[window]) * seg_vectors
-    split = is_split[window]
-    part = torch.where(split, torch.cumsum(split, 0) - 1, -1)
-    seg_split = torch.where(split, (torch.cumsum(is_split, 0) - 1)[window], -1)
-    length = torch.clamp(vectors[window] - begin, max=seg_vectors)
-    first_vector = row_ptr[window] + begin
-    if col_idx is None:
-        order = torch.argsort(length, descending=True, stable=True)
-    else:
-        order = torch.argsort(col_idx[first_vector], stable=True)
-    split_window = torch.nonzero_static(is_split, size=n_split).flatten()
-    # the int32 arrays, gathered and converted together (rows of one tensor)
-    split_window, split_part, split_count = torch.stack(
-        [split_window, part[first[split_window]], count[split_window]]).to(torch.int32)
-    window, begin, length, part, seg_split = torch.stack([window, begin, length, part, seg_split])[:, order].to(torch.int32)
-    return Segments(window, begin, first_vector[order], length, part, seg_split, split_window, split_part,
-                    split_count, seg_vectors, n_parts)
+    sizes = (torch.empty if n_windows else torch.zeros)(3, max(n_windows, 1), dtype=torch.int64, device=device)
+    if n_windows:
+        launch(SOURCE, "fg::segment_sizes", device, _grid(n_windows), (_THREADS,),
+               ptr(row_ptr), n_windows, seg_vectors, ptr(sizes))
+    sizes.cumsum_(1)
+    n_segments, n_split, n_parts = sizes[:, -1].tolist()
+    table = torch.empty(6, n_segments, dtype=torch.int32, device=device)
+    first = torch.empty(n_segments, dtype=torch.int64, device=device)
+    split_table = torch.empty(3, n_split, dtype=torch.int32, device=device)
+    if n_segments:
+        launch(SOURCE, "fg::segment_fill", device, _grid(n_segments), (_THREADS,),
+               ptr(row_ptr), ptr(sizes), n_windows, n_segments, n_split, seg_vectors,
+               0 if col_idx is None else ptr(col_idx), 0 if col_idx is None else col_idx.numel(),
+               ptr(table), ptr(first), ptr(split_table))
+    order = torch.argsort(table[5], stable=True)
+    window, begin, count, part, split = table[:5, order]
+    split_window, split_part, split_count = split_table
+    return Segments(window, begin, first[order], count, part, split, split_window, split_part, split_count,
+                    seg_vectors, n_parts)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (min(-(-n // _THREADS), 1 << 16),)
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
