@@ -189,6 +189,9 @@ class MEBCRS(WindowedFormat):
 
     k: int
     _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
+    # (row, column) of each nonzero in perm's CSR order, int64 [nnz] each, when the builder's
+    # caller keeps them anyway (a Graph): A^T is then built without decoding the format
+    _csr_coords: "tuple[torch.Tensor, torch.Tensor] | None" = field(default=None, repr=False, compare=False)
 
     @property
     def n_vectors(self) -> int:
@@ -266,7 +269,7 @@ class MEBCRS(WindowedFormat):
         device = torch.device(device)
         moved = {name: getattr(self, name).to(device)
                  for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")}
-        return replace(self, **moved, _transpose=None)
+        return replace(self, **moved, _transpose=None, _csr_coords=None)
 
     # ------------------------------------------------------------------ transpose
     def transpose(self) -> "Transpose":
@@ -394,12 +397,16 @@ def _build_reference(indptr, indices, values, n_cols, k) -> MEBCRS:
 
 
 def _build_transpose(a: MEBCRS) -> Transpose:
-    c = a.slot_coords()
-    key = c.col * max(a.n_rows, 1) + c.row  # A^T in CSR order = A's nonzeros sorted by (col, row)
+    if a._csr_coords is not None:
+        (rows, cols), slots = a._csr_coords, a.perm
+    else:
+        c = a.slot_coords()
+        rows, cols, slots = c.row, c.col, c.slot
+    key = cols * max(a.n_rows, 1) + rows  # A^T in CSR order = A's nonzeros sorted by (col, row)
     order = torch.argsort(key)
-    t_rows, t_cols = c.col[order], c.row[order]
+    t_rows, t_cols = cols[order], rows[order]
     # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount has)
     indptr = torch.searchsorted(t_rows, torch.arange(a.n_cols + 1, device=a.device))
-    src_slot = c.slot[order]
+    src_slot = slots[order]
     return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot)
 

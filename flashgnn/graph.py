@@ -111,20 +111,49 @@ def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[
         raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes")
 
 
-def _is_permutation(ids: torch.Tensor, n: int) -> bool:
-    """Whether ``ids`` (int64 [n]) holds every one of 0 .. n - 1 (one host synchronisation)."""
-    if ids.shape != (n,):
-        return False
+def _permutation_check(ids: torch.Tensor, n: int) -> torch.Tensor:
+    """Whether ``ids`` (int64 [n]) holds every one of 0 .. n - 1, as a bool tensor on its
+    device (read it when convenient: reading synchronises)."""
     in_range = (ids >= 0) & (ids < n)
     seen = torch.zeros(n + 1, dtype=torch.bool, device=ids.device)
     seen.index_fill_(0, torch.where(in_range, ids, n), True)
-    return bool(in_range.all() & seen[:n].all())
+    return in_range.all() & seen[:n].all()
 
 
-def _csr_rows(indptr, indices, num_nodes):
-    """Validated (indptr, indices, destination of each position, (num_src, num_dst)) of a CSR
-    whose rows are destinations (``num_nodes``: None or an int for a square CSR, a pair
-    (num_src, num_dst) for a bipartite one); the sources of a row may come in any order.
+def _is_permutation(ids: torch.Tensor, n: int) -> bool:
+    """Whether ``ids`` (int64) holds every one of 0 .. n - 1 (one host synchronisation)."""
+    return ids.shape == (n,) and bool(_permutation_check(ids, n))
+
+
+def _sort_keys(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key sorted, the stable order that sorts it). On the CPU an already sorted key skips the
+    sort (seconds at 60M edges); on a GPU the sort costs less than the synchronisation of checking."""
+    if not key.is_cuda and (key.numel() < 2 or bool((key[1:] > key[:-1]).all())):
+        return key, torch.arange(key.numel(), device=key.device)
+    return torch.sort(key, stable=True)
+
+
+def _check_no_duplicates(key_sorted, order, src, dst, edge_ids=None) -> None:
+    """Raise ValueError naming the first duplicate (src, dst) pair: ``key_sorted`` = the sorted
+    dst * num_src + src of edges ``src[p]`` -> ``dst[p]``, ``order`` their positions p, whose edge
+    ids are ``edge_ids[p]`` (None: p)."""
+    dup = key_sorted[1:] == key_sorted[:-1]
+    if bool(dup.any()):
+        i = int(dup.nonzero()[0, 0])
+        p1, p2 = int(order[i]), int(order[i + 1])
+        e1, e2 = (p1, p2) if edge_ids is None else sorted((int(edge_ids[p1]), int(edge_ids[p2])))
+        raise ValueError(
+            f"duplicate edge {int(src[p1])} -> {int(dst[p1])} (edges {e1} and {e2}); "
+            "merge duplicates first (e.g. sum their weights with torch_geometric.utils.coalesce)"
+        )
+
+
+def _csr_rows(indptr, indices, num_nodes, eids: torch.Tensor | None = None):
+    """Validated (indptr, indices, destination of each position, (num_src, num_dst), whether a
+    destination has no in-edge) of a CSR whose rows are destinations (``num_nodes``: None or an
+    int for a square CSR, a pair (num_src, num_dst) for a bipartite one); the sources of a row
+    may come in any order. ``eids`` (int64, DGL's edge ids), when given, must be a permutation of
+    the positions.
     The checks are read from the device at once."""
     indptr = _index_tensor(indptr, "indptr")
     indices = _index_tensor(indices, "indices").to(indptr.device)
@@ -137,13 +166,19 @@ def _csr_rows(indptr, indices, num_nodes):
                          f"(num_nodes = {num_nodes!r}); rows are destinations")
     counts = indptr[1:] - indptr[:-1]
     nnz = indices.numel()
-    checks = [indptr[0], indptr[-1], (counts < 0).any()] + ([indices.min(), indices.max()] if nnz else [])
-    first, last, decreasing, *bounds = torch.stack([c.to(torch.int64) for c in checks]).tolist()
+    checks = [indptr[0], indptr[-1], (counts < 0).any(), (counts == 0).any()]
+    if eids is not None:
+        checks.append(eids.shape == (nnz,) and _permutation_check(eids, nnz))
+    checks += [indices.min(), indices.max()] if nnz else []
+    values = torch.stack([torch.as_tensor(c, device=indptr.device).to(torch.int64) for c in checks]).tolist()
+    first, last, decreasing, zero_in = values[:4]
     if first != 0 or last != nnz or decreasing:
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
-    _check_node_ids(indices, num_src, "indices (sources)", tuple(bounds) if nnz else None)
+    if eids is not None and not values[4]:
+        raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{nnz - 1}")
+    _check_node_ids(indices, num_src, "indices (sources)", tuple(values[-2:]) if nnz else None)
     dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts, output_size=nnz)
-    return indptr, indices, dst, (num_src, num_dst)
+    return indptr, indices, dst, (num_src, num_dst), bool(zero_in)
 
 
 class Graph:
@@ -213,26 +248,25 @@ class Graph:
         duplicates raise. The ids and weights must have been checked: the result, canonical by
         construction, is not checked again."""
         num_src, num_dst = num_nodes
-        key = dst * max(num_src, 1) + src
-        # on the CPU a sorted edge list skips the sort (seconds at 60M edges); on a GPU the sort
-        # costs less than the host synchronisation of checking
-        if not key.is_cuda and (key.numel() < 2 or bool((key[1:] > key[:-1]).all())):
-            order = torch.arange(key.numel(), device=key.device)
-            key_sorted = key
-        else:
-            key_sorted, order = torch.sort(key, stable=True)
-        dup = key_sorted[1:] == key_sorted[:-1]
-        if bool(dup.any()):
-            i = int(dup.nonzero()[0, 0])
-            e1, e2 = int(order[i]), int(order[i + 1])
-            raise ValueError(
-                f"duplicate edge {int(src[e1])} -> {int(dst[e1])} (edges {e1} and {e2}); "
-                "merge duplicates first (e.g. sum their weights with torch_geometric.utils.coalesce)"
-            )
+        key_sorted, order = _sort_keys(dst * max(num_src, 1) + src)
+        _check_no_duplicates(key_sorted, order, src, dst)
         # rows are sorted: each row's start is a binary search (bincount would synchronise)
-        indptr = torch.searchsorted(key_sorted, torch.arange(num_dst + 1, device=key.device) * max(num_src, 1))
+        indptr = torch.searchsorted(key_sorted, torch.arange(num_dst + 1, device=key_sorted.device) * max(num_src, 1))
         graph = cls.__new__(cls)
         graph._set(indptr, src[order], num_nodes, order, edge_weight)
+        return graph
+
+    @classmethod
+    def _from_rows(cls, rows: tuple, edge_ids: torch.Tensor | None, edge_weight) -> "Graph":
+        """The output of ``_csr_rows`` (rows of sources in any order) -> the canonical CSR, each
+        row sorted by source (one sort of the whole); ``edge_ids``: the id of each input position
+        (None: the position). Duplicates raise; the rest was checked."""
+        indptr, indices, dst, num_nodes, zero_in = rows
+        key_sorted, order = _sort_keys(dst * max(num_nodes[0], 1) + indices)
+        _check_no_duplicates(key_sorted, order, indices, dst, edge_ids)
+        graph = cls.__new__(cls)
+        graph._set(indptr, indices[order], num_nodes, order if edge_ids is None else edge_ids[order], edge_weight)
+        graph._cache[("zero_in",)] = zero_in
         return graph
 
     @classmethod
@@ -255,9 +289,9 @@ class Graph:
         """From a CSR whose rows are destinations: ``indices[indptr[d]:indptr[d+1]]`` are the
         sources of the in-edges of node d, in any order. Edge ids follow the CSR positions.
         ``num_nodes``: None or an int (square), or (num_src, num_dst)."""
-        indptr, indices, dst, counts = _csr_rows(indptr, indices, num_nodes)
-        weight = _weight_tensor(edge_weight, indices.numel(), indptr.device)
-        return cls._from_edges(indices, dst, counts, weight)
+        rows = _csr_rows(indptr, indices, num_nodes)
+        weight = _weight_tensor(edge_weight, rows[1].numel(), rows[0].device)
+        return cls._from_rows(rows, None, weight)
 
     @classmethod
     def from_scipy(cls, matrix) -> "Graph":
@@ -324,19 +358,12 @@ class Graph:
         ``edge_weight``: float [E] in DGL edge-id order, or the name of a key of ``g.edata``."""
         n_src, n_dst = int(g.num_src_nodes()), int(g.num_dst_nodes())
         indptr, indices, eids = g.adj_tensors("csc")
-        indptr, indices, dst, _ = _csr_rows(indptr, indices, (n_src, n_dst))
-        eids = _index_tensor(eids, "eids").to(indices.device)
-        num_edges = indices.numel()
-        if eids.numel() == 0:
-            eids = torch.arange(num_edges, device=indices.device)
-        elif not _is_permutation(eids, num_edges):
-            raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{num_edges - 1}")
-        src_by_id, dst_by_id = torch.empty_like(indices), torch.empty_like(dst)
-        src_by_id[eids], dst_by_id[eids] = indices, dst
+        eids = _index_tensor(eids, "eids").to(_as_tensor(indptr, "indptr").device)
+        rows = _csr_rows(indptr, indices, (n_src, n_dst), eids if eids.numel() else None)
         if isinstance(edge_weight, str):
             edge_weight = g.edata[edge_weight]
-        weight = _weight_tensor(edge_weight, num_edges, indices.device)
-        return cls._from_edges(src_by_id, dst_by_id, (n_src, n_dst), weight)
+        weight = _weight_tensor(edge_weight, rows[1].numel(), rows[0].device)
+        return cls._from_rows(rows, eids if eids.numel() else None, weight)
 
     # ------------------------------------------------------------------ structure
     @property
@@ -430,7 +457,10 @@ class Graph:
                 values = self.edge_weight[self.edge_ids].to(torch.float32)
             if values is None:
                 values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
-            return build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
+            fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
+            if device == self.device:
+                fmt._csr_coords = (self.dst_of_csr(), self.indices)
+            return fmt
         return self._cached((k, "format", device), build)
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
@@ -478,15 +508,15 @@ class Graph:
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
         """The degree normalisation of every CSR position, [E] in ``dtype``."""
         def build():
-            factor = torch.ones(self.num_edges, dtype=dtype, device=self.device)
-            d_in = self.in_degrees().to(dtype).clamp(min=1)
-            d_out = self.out_degrees().to(dtype).clamp(min=1)
             power = -0.5 if norm == "both" else -1.0
+            factors = []
             if norm in ("both", "right"):
-                factor = factor * d_in.pow(power)[self.dst_of_csr()]
+                factors.append(self.in_degrees().to(dtype).clamp_(min=1).pow_(power)[self.dst_of_csr()])
             if norm in ("both", "left"):
-                factor = factor * d_out.pow(power)[self.indices]
-            return factor
+                factors.append(self.out_degrees().to(dtype).clamp_(min=1).pow_(power)[self.indices])
+            if not factors:
+                return torch.ones(self.num_edges, dtype=dtype, device=self.device)
+            return factors[0] if len(factors) == 1 else factors[0].mul_(factors[1])
         return self._cached(("norm", norm, dtype), build)
 
 

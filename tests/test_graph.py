@@ -1,6 +1,8 @@
 """flashgnn.Graph: constructors, the A[dst, src] convention, edge order, caching, errors."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -253,6 +255,26 @@ def test_adj_cached_per_block_width_and_shared_by_to(rng):
 
 
 @pytest.mark.parametrize("k", [8, 4])
+@pytest.mark.parametrize("nodes", [(30, 30), (45, 20)])
+def test_adj_transpose_from_the_graph_csr_equals_the_decoded_one(nodes, k, rng):
+    """A Graph's A^T is built from its CSR, a bare format's from its decoded slots: same arrays."""
+    n_src, n_dst = nodes
+    src = torch.from_numpy(rng.integers(0, n_src, 200))
+    dst = torch.from_numpy(rng.integers(0, n_dst, 200))
+    key = torch.unique(dst * n_src + src)
+    g = Graph.from_edge_index(torch.stack([key % n_src, key // n_src]), nodes,
+                              edge_weight=torch.from_numpy(rng.random(key.numel())).float())
+    a = g.adj(k)
+    assert a._csr_coords is not None
+    bare = replace(a, _transpose=None, _csr_coords=None)
+    got, ref = a.transpose(), bare.transpose()
+    for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask"):
+        assert torch.equal(getattr(got.fmt, name), getattr(ref.fmt, name)), name
+    assert torch.equal(got.src_slot, ref.src_slot)
+    assert a.with_values(a.values)._csr_coords is a._csr_coords and a.to("cpu")._csr_coords is None
+
+
+@pytest.mark.parametrize("k", [8, 4])
 def test_adj_heads_cached_and_one_head_is_adj(k, rng):
     src, dst, _ = random_edges(30, 0.1, rng)
     g = Graph.from_edge_index(torch.stack([src, dst]), 30)
@@ -334,6 +356,23 @@ def test_bad_inputs(rng):
     block.num_dst_nodes = lambda: 2
     with pytest.raises(ValueError, match="indptr has 3 rows but there are 2 destination nodes"):
         Graph.from_dgl(block)
+    fake._eids = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="permutation"):
+        Graph.from_dgl(fake)
+    twice = FakeDGLGraph(torch.tensor([0, 1, 0]), torch.tensor([1, 2, 1]), 3, rng)
+    with pytest.raises(ValueError, match=r"duplicate edge 0 -> 1 \(edges 0 and 2\)"):
+        Graph.from_dgl(twice)
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_zero_in_degree_known_from_every_constructor(isolated, rng):
+    """The CSR constructors read it with their checks; the others compute it on demand."""
+    src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 1 if isolated else 0])
+    from_edges = Graph.from_edge_index(torch.stack([src, dst]), 4)
+    for g in (Graph.from_dgl(FakeDGLGraph(src, dst, 4, rng)), from_edges,
+              Graph.from_csr(from_edges.indptr, from_edges.indices)):
+        assert g.has_zero_in_degree() is isolated
+        assert bool((g.in_degrees() == 0).any()) is isolated
 
 
 def test_non_finite_edge_weights_are_rejected():
