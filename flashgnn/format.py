@@ -189,9 +189,9 @@ class MEBCRS(WindowedFormat):
 
     k: int
     _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
-    # (row, column) of each nonzero in perm's CSR order, int64 [nnz] each, when the builder's
-    # caller keeps them anyway (a Graph): A^T is then built without decoding the format
-    _csr_coords: "tuple[torch.Tensor, torch.Tensor] | None" = field(default=None, repr=False, compare=False)
+    # (indptr, indices) of the CSR that perm's order refers to, when the builder's caller keeps
+    # it anyway (a Graph): A^T is then built from it instead of decoding the format
+    _csr: "tuple[torch.Tensor, torch.Tensor] | None" = field(default=None, repr=False, compare=False)
 
     @property
     def n_vectors(self) -> int:
@@ -269,7 +269,7 @@ class MEBCRS(WindowedFormat):
         device = torch.device(device)
         moved = {name: getattr(self, name).to(device)
                  for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")}
-        return replace(self, **moved, _transpose=None, _csr_coords=None)
+        return replace(self, **moved, _transpose=None, _csr=None)
 
     # ------------------------------------------------------------------ transpose
     def transpose(self) -> "Transpose":
@@ -397,8 +397,11 @@ def _build_reference(indptr, indices, values, n_cols, k) -> MEBCRS:
 
 
 def _build_transpose(a: MEBCRS) -> Transpose:
-    if a._csr_coords is not None:
-        (rows, cols), slots = a._csr_coords, a.perm
+    if a._csr is not None:
+        indptr, cols = a._csr
+        rows = torch.repeat_interleave(torch.arange(a.n_rows, device=a.device), indptr[1:] - indptr[:-1],
+                                       output_size=a.nnz)
+        slots = a.perm
     else:
         c = a.slot_coords()
         rows, cols, slots = c.row, c.col, c.slot

@@ -459,7 +459,7 @@ class Graph:
                 values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
             fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
             if device == self.device:
-                fmt._csr_coords = (self.dst_of_csr(), self.indices)
+                fmt._csr = (self.indptr, self.indices)
             return fmt
         return self._cached((k, "format", device), build)
 

@@ -9,7 +9,7 @@
 //                        of c in its window, i.e. no earlier row of the window holds c. Each
 //                        vector (a distinct column of a window) has exactly one such nonzero.
 //   scan    (torch)      offs = exclusive prefix sum of first, [nnz + 1]. offs[indptr[8w]] is
-//                        the number of vectors before window w, i.e. row_ptr[w].
+//                        the number of vectors before window w, i.e. row_ptr[w] (window_starts).
 //   pass 2  place_nonzeros  for nonzero e: the vector's rank in its window is the number of
 //                        distinct columns < c of the window = sum over the window's rows q of
 //                        the first-occurrence nonzeros of q with column < c
@@ -82,6 +82,13 @@ __global__ void mark_first(const i64* __restrict__ indptr, const i64* __restrict
         }
         first[e] = is_first;
     });
+}
+
+// row_ptr[w] = offs[indptr[min(8 w, n_rows)]] for w in [0, n_windows]: the vectors before window w.
+__global__ void window_starts(const i64* __restrict__ indptr, const i64* __restrict__ offs, i64 n_rows,
+                              i64 n_windows, i64* __restrict__ row_ptr) {
+    for (i64 w = global_thread(); w <= n_windows; w += grid_stride())
+        row_ptr[w] = offs[indptr[min(w * WINDOW, n_rows)]];
 }
 
 // offs: exclusive prefix sum of mark_first's output, [nnz + 1]; k_log2: log2 of the block width.

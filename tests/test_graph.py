@@ -265,13 +265,13 @@ def test_adj_transpose_from_the_graph_csr_equals_the_decoded_one(nodes, k, rng):
     g = Graph.from_edge_index(torch.stack([key % n_src, key // n_src]), nodes,
                               edge_weight=torch.from_numpy(rng.random(key.numel())).float())
     a = g.adj(k)
-    assert a._csr_coords is not None
-    bare = replace(a, _transpose=None, _csr_coords=None)
+    assert a._csr is not None
+    bare = replace(a, _transpose=None, _csr=None)
     got, ref = a.transpose(), bare.transpose()
     for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask"):
         assert torch.equal(getattr(got.fmt, name), getattr(ref.fmt, name)), name
     assert torch.equal(got.src_slot, ref.src_slot)
-    assert a.with_values(a.values)._csr_coords is a._csr_coords and a.to("cpu")._csr_coords is None
+    assert a.with_values(a.values)._csr is a._csr and a.to("cpu")._csr is None
 
 
 @pytest.mark.parametrize("k", [8, 4])

@@ -68,6 +68,7 @@ def test_segments_match_a_loop_over_windows(case, seg_vectors):
         assert got.tolist() == ([values[i] for i in order] if per_segment else values), name
     assert torch.equal(seg.begin.long(), seg.first - row_ptr[seg.window.long()])
     assert seg.n_parts == sum(want["split_count"])
+    assert seg.most_parts == max((max(1, -(-nv // seg_vectors)) for nv in vectors), default=0)
     assert seg.seg_vectors == seg_vectors
 
 
@@ -79,6 +80,7 @@ def test_split_longer_than_keeps_the_long_windows_in_order():
     assert windows.tolist() == [2, 4] and counts.tolist() == [17, 17]
     assert parts.tolist() == [3, 3 + 17]
     assert seg.split_longer_than(0)[0].tolist() == [1, 2, 4, 5]
+    assert seg.split_longer_than(17)[0].numel() == 0  # none as long: known without reading the device
     assert seg.split_longer_than(16) is seg.split_longer_than(16)
 
 

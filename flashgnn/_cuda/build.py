@@ -7,7 +7,7 @@ from .move_values import move_values_cuda
 from .runtime import launch, ptr, require_device
 from .sources import register
 
-SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::place_nonzeros"])
+SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::window_starts", "fg::place_nonzeros"])
 _THREADS = 256
 _TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE)
 
@@ -26,8 +26,9 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
         launch(SOURCE, "fg::mark_first", device, blocks, (_THREADS,),
                ptr(indptr), ptr(indices), ptr(first), n_rows, nnz)
         torch.cumsum(first, 0, dtype=torch.int64, out=offs[1:])
-    window_rows = torch.clamp(torch.arange(n_windows + 1, device=device) * 8, max=n_rows)
-    row_ptr = offs[indptr[window_rows]]
+    row_ptr = torch.empty(n_windows + 1, dtype=torch.int64, device=device)
+    launch(SOURCE, "fg::window_starts", device, (min(n_windows // _THREADS + 1, 1 << 16),), (_THREADS,),
+           ptr(indptr), ptr(offs), n_rows, n_windows, ptr(row_ptr))
     n_vectors = int(row_ptr[-1])
     col_idx = torch.empty(n_vectors, dtype=torch.int32, device=device)
     vec_mask = torch.empty(n_vectors, dtype=torch.uint8, device=device)

@@ -76,6 +76,7 @@ class Segments:
     split_count: torch.Tensor  # int32 [n_split], their number of segments
     seg_vectors: int
     n_parts: int               # workspace slots: segments of split windows
+    most_parts: int            # segments of the longest window
     _pointers: dict = field(default_factory=dict, repr=False)
     _longer: dict = field(default_factory=dict, repr=False)
     _counters: dict = field(default_factory=dict, repr=False)
@@ -98,9 +99,12 @@ class Segments:
 
     def split_longer_than(self, parts: int) -> tuple:
         """(split_window, split_part, split_count) of the split windows of more than ``parts``
-        segments, cached per ``parts`` (a miss synchronises)."""
+        segments, cached per ``parts`` (a miss synchronises, unless it keeps all or none)."""
         hit = self._longer.get(parts)
-        if hit is None:
+        if hit is None and (parts == 0 or parts >= self.most_parts):
+            keep = slice(None) if parts == 0 else slice(0)
+            hit = self._longer[parts] = (self.split_window[keep], self.split_part[keep], self.split_count[keep])
+        elif hit is None:
             keep = torch.nonzero(self.split_count > parts).flatten()
             hit = self._longer[parts] = (self.split_window[keep], self.split_part[keep], self.split_count[keep])
         return hit
@@ -130,8 +134,9 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     if n_windows:
         launch(SOURCE, "fg::segment_sizes", device, _grid(n_windows), (_THREADS,),
                ptr(row_ptr), n_windows, seg_vectors, ptr(sizes))
+    most_parts = sizes[0].max()
     sizes.cumsum_(1)
-    n_segments, n_split, n_parts = sizes[:, -1].tolist()
+    n_segments, n_split, n_parts, most_parts = torch.cat([sizes[:, -1], most_parts[None]]).tolist()
     table = torch.empty(6, n_segments, dtype=torch.int32, device=device)
     first = torch.empty(n_segments, dtype=torch.int64, device=device)
     split_table = torch.empty(3, n_split, dtype=torch.int32, device=device)
@@ -144,7 +149,7 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     window, begin, count, part, split = table[:5, order]
     split_window, split_part, split_count = split_table
     return Segments(window, begin, first[order], count, part, split, split_window, split_part, split_count,
-                    seg_vectors, n_parts)
+                    seg_vectors, n_parts, most_parts)
 
 
 def _grid(n: int) -> tuple[int]:
