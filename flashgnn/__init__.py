@@ -3,10 +3,11 @@ from . import nn, ops
 from .format import MEBCRS
 from .graph import Graph
 from .precision_context import get_precision, precision
+from .sampling import NeighborSampler
 
 __version__ = "0.1.0"
 
-__all__ = ["MEBCRS", "Graph", "nn", "ops", "precision", "get_precision", "__version__"]
+__all__ = ["MEBCRS", "Graph", "NeighborSampler", "nn", "ops", "precision", "get_precision", "__version__"]
 
 
 def _expose_source_tree_models() -> None:

@@ -1,0 +1,87 @@
+"""Neighbour sampling for mini-batch training: the blocks of a batch of seed nodes, as DGL's
+``NeighborSampler`` makes them, built as bipartite flashgnn Graphs on the graph's device with
+vectorised torch (no loop over nodes; a few host synchronisations per hop, to size tensors)."""
+from __future__ import annotations
+
+import torch
+
+from .graph import Graph
+
+
+class NeighborSampler:
+    """``NeighborSampler(graph, fanouts).sample(seeds)`` -> (input_nodes, blocks).
+
+    graph: a square Graph (a node's in-edges are its CSR row); fanouts: the in-edges kept per
+    destination for each graph layer, the layer nearest the input first (DGL's order), -1 for
+    all of them. Each hop keeps for every destination a uniform random subset of
+    min(fanout, in-degree) of its in-edges, without replacement. A block's sources are its
+    destinations first (so ``feat[:num_dst]`` are theirs, DGL's block convention), then the
+    new neighbours in increasing id order; its edges keep the graph's weights.
+
+    Returns input_nodes, int64 [N_in], the global ids of blocks[0]'s sources, and blocks, one
+    Graph per layer: blocks[i] has blocks[i + 1]'s sources as destinations, blocks[-1] the
+    seeds. ``generator`` (on the graph's device) makes a sample reproducible.
+    """
+
+    def __init__(self, graph: Graph, fanouts):
+        if not isinstance(graph, Graph) or graph.is_bipartite:
+            raise ValueError("NeighborSampler needs a square flashgnn.Graph")
+        fanouts = list(fanouts)
+        if not fanouts or any(isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1)
+                              for f in fanouts):
+            raise ValueError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all), got {fanouts}")
+        self.graph = graph
+        self.fanouts = fanouts
+        self._local = None  # int64 [num_nodes] of -1: global id -> id in the block being built
+
+    def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None):
+        g = self.graph
+        if not isinstance(seeds, torch.Tensor) or seeds.dim() != 1 or seeds.is_floating_point() or seeds.dtype == torch.bool:
+            raise TypeError(f"seeds must be a 1-D integer tensor of node ids, got {seeds!r}")
+        if seeds.device != g.device:
+            raise ValueError(f"seeds are on {seeds.device} but the graph is on {g.device}")
+        seeds = seeds.to(torch.int64)
+        if seeds.numel():
+            ordered = torch.sort(seeds).values
+            lo, hi, repeated = torch.stack([ordered[0], ordered[-1], (ordered[1:] == ordered[:-1]).any()]).tolist()
+            if lo < 0 or hi >= g.num_nodes:
+                raise ValueError(f"seed id {lo if lo < 0 else hi} is out of range for {g.num_nodes} nodes")
+            if repeated:
+                raise ValueError("seeds must be distinct node ids")
+        if self._local is None:
+            self._local = torch.full((g.num_nodes,), -1, dtype=torch.int64, device=g.device)
+        blocks, nodes = [], seeds
+        for fanout in reversed(self.fanouts):
+            block, nodes = self._hop(nodes, fanout, generator)
+            blocks.insert(0, block)
+        return nodes, blocks
+
+    def _hop(self, dst_nodes: torch.Tensor, fanout: int, generator) -> tuple[Graph, torch.Tensor]:
+        """The block into ``dst_nodes`` and its source nodes (global ids)."""
+        g, device, n_dst = self.graph, self.graph.device, dst_nodes.numel()
+        start = g.indptr[dst_nodes]
+        degree = g.indptr[dst_nodes + 1] - start
+        kept = degree if fanout < 0 else degree.clamp(max=fanout)
+        total, n_kept, zero_in = torch.stack([degree.sum(), kept.sum(), (degree == 0).any()]).tolist()
+        # every in-edge of every destination, grouped by destination: candidate c is CSR
+        # position pos[c] of row[c]
+        row = torch.repeat_interleave(torch.arange(n_dst, device=device), degree, output_size=total)
+        row_first = torch.cumsum(degree, 0) - degree
+        pos = torch.arange(total, device=device) - row_first[row] + start[row]
+        if n_kept < total:  # a random rank within each row; keep the ranks below fanout
+            key = (row << 31) | torch.randint(0, 1 << 31, (total,), device=device, generator=generator)
+            key, order = torch.sort(key)
+            rank = torch.arange(total, device=device) - row_first[key >> 31]
+            chosen = order[torch.nonzero_static(rank < fanout, size=n_kept).flatten()]
+            row, pos = row[chosen], pos[chosen]
+        src = g.indices[pos]
+        local = self._local
+        local[dst_nodes] = torch.arange(n_dst, device=device)
+        new = torch.unique(src[local[src] < 0])
+        local[new] = torch.arange(n_dst, n_dst + new.numel(), device=device)
+        src_local = local[src]
+        local[dst_nodes], local[new] = -1, -1
+        weight = None if g.edge_weight is None else g.edge_weight[g.edge_ids[pos]]
+        block = Graph._from_edges(src_local, row, (n_dst + new.numel(), n_dst), weight)
+        block._cache[("zero_in",)] = bool(zero_in)
+        return block, torch.cat([dst_nodes, new])

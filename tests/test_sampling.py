@@ -1,0 +1,124 @@
+"""NeighborSampler (flashgnn/sampling.py): the blocks hold real edges of the graph with their
+weights, min(fanout, in-degree) in-edges per destination drawn uniformly, DGL's node order,
+and with every in-edge kept they give the full-graph output on the seeds."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flashgnn import Graph
+from flashgnn.sampling import NeighborSampler
+from models import AGNN, GCN
+from tests.helpers import GPU, random_csr
+
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
+
+
+def random_graph(rng, n=120, density=0.06, device="cpu") -> Graph:
+    """A directed weighted graph with a self-loop on every node, on ``device``."""
+    m = random_csr(n, n, density, rng)
+    g = Graph.from_scipy(m).add_self_loops()
+    weights = torch.from_numpy(rng.random(g.num_edges)).float() + 0.5
+    g = Graph(g.indptr, g.indices, n, g.edge_ids, weights)
+    return g.to(device)
+
+
+def dense_weights(g: Graph) -> torch.Tensor:
+    """W [N_dst, N_src], W[d, s] = the weight of s -> d (0 where there is no edge)."""
+    w = torch.zeros(g.num_dst_nodes, g.num_src_nodes, dtype=torch.float64)
+    src, dst = g.edge_index.cpu()
+    w[dst, src] = g.edge_weight.cpu().double()
+    return w
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fanouts", [[3, 5], [2, -1, 4]])
+def test_blocks_hold_sampled_in_edges_in_dgl_order(fanouts, device, rng):
+    g = random_graph(rng, device=device)
+    full = dense_weights(g)
+    seeds = torch.from_numpy(rng.choice(g.num_nodes, 17, replace=False)).to(device)
+    gen = torch.Generator(device).manual_seed(3)
+    input_nodes, blocks = NeighborSampler(g, fanouts).sample(seeds, gen)
+    assert len(blocks) == len(fanouts)
+    ids = input_nodes.cpu()
+    assert torch.equal(ids[:seeds.numel()], seeds.cpu()) and ids.unique().numel() == ids.numel()
+    assert blocks[0].num_src_nodes == ids.numel() and blocks[-1].num_dst_nodes == seeds.numel()
+    in_degree = g.in_degrees().cpu()
+    for i, (block, fanout) in enumerate(zip(blocks, fanouts)):
+        assert block.device == g.device
+        if i + 1 < len(blocks):
+            assert block.num_dst_nodes == blocks[i + 1].num_src_nodes
+        src_ids, dst_ids = ids[:block.num_src_nodes], ids[:block.num_dst_nodes]
+        # new sources come after the destinations, in increasing id order
+        assert torch.equal(src_ids[block.num_dst_nodes:], src_ids[block.num_dst_nodes:].sort().values)
+        w = dense_weights(block)
+        sampled = w != 0
+        # every block edge is a graph edge with its weight
+        assert torch.equal(w[sampled], full[dst_ids[:, None].expand_as(w), src_ids[None, :].expand_as(w)][sampled])
+        want = in_degree[dst_ids] if fanout == -1 else in_degree[dst_ids].clamp(max=fanout)
+        assert torch.equal(sampled.sum(1), want)
+        assert block.has_zero_in_degree() is False
+
+
+def test_in_edges_are_drawn_uniformly_without_replacement():
+    """A node with 10 in-edges and fanout 3: each in-edge kept in 3/10 of the samples."""
+    src = torch.arange(1, 11)
+    g = Graph.from_edge_index(torch.stack([src, torch.zeros(10, dtype=torch.int64)]), 11)
+    sampler = NeighborSampler(g, [3])
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(11)
+    trials = 3000
+    for _ in range(trials):
+        input_nodes, (block,) = sampler.sample(torch.tensor([0]), gen)
+        assert block.num_edges == 3
+        counts[input_nodes[block.indices]] += 1
+    assert torch.all((counts[1:] / trials - 0.3).abs() < 0.04), counts / trials
+
+
+def test_a_generator_makes_a_sample_reproducible(rng):
+    g = random_graph(rng)
+    sampler = NeighborSampler(g, [2, 2])
+    seeds = torch.arange(0, 40, 3)
+    a = sampler.sample(seeds, torch.Generator().manual_seed(5))
+    b = sampler.sample(seeds, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0])
+    for x, y in zip(a[1], b[1]):
+        assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("model", ["gcn", "agnn"])
+def test_every_in_edge_kept_gives_the_full_graph_output(model, device, rng):
+    """GCN with norm "right" (a mean over in-edges) and AGNN (a softmax over in-edges) read
+    only the in-edges of each destination: blocks keeping all of them reproduce the seeds'
+    full-graph output."""
+    g = random_graph(rng, device=device)
+    torch.manual_seed(0)
+    net = (GCN(6, 8, 3, num_layers=2, dropout=0.0, norm="right") if model == "gcn"
+           else AGNN(6, 8, 3, num_layers=2, dropout=0.0)).to(device).double()
+    x = torch.randn(g.num_nodes, 6, dtype=torch.float64, device=device)
+    seeds = torch.tensor([5, 77, 0, 31], device=device)
+    input_nodes, blocks = NeighborSampler(g, [-1, -1]).sample(seeds)
+    torch.testing.assert_close(net(blocks, x[input_nodes]), net(g, x)[seeds], rtol=1e-10, atol=1e-12)
+
+
+def test_bad_inputs(rng):
+    g = random_graph(rng, n=20)
+    bipartite = Graph.from_edge_index(torch.tensor([[0, 1], [0, 0]]), (2, 1))
+    with pytest.raises(ValueError, match="square"):
+        NeighborSampler(bipartite, [2])
+    for fanouts in ([], [0], [2, -2], [1.5], [True]):
+        with pytest.raises(ValueError, match="fanouts"):
+            NeighborSampler(g, fanouts)
+    sampler = NeighborSampler(g, [2])
+    with pytest.raises(ValueError, match="out of range"):
+        sampler.sample(torch.tensor([3, 20]))
+    with pytest.raises(ValueError, match="out of range"):
+        sampler.sample(torch.tensor([-1, 2]))
+    with pytest.raises(ValueError, match="distinct"):
+        sampler.sample(torch.tensor([4, 2, 4]))
+    with pytest.raises(TypeError, match="integer tensor"):
+        sampler.sample(torch.tensor([1.0]))
+    input_nodes, (block,) = sampler.sample(torch.tensor([], dtype=torch.int64))
+    assert input_nodes.numel() == 0 and block.num_edges == 0
