@@ -103,6 +103,35 @@ def test_early_stopping_stops_after_patience(tmp_path):
     assert summary["epochs_run"] - summary["best_epoch"] == 3
 
 
+# ---------------------------------------------------------------------------- mini-batch
+def test_minibatch_training_learns_the_synthetic_graph(tmp_path):
+    """Batches of 256 training nodes on 2-hop blocks of up to 5 in-edges per node: as
+    accurate as full-graph steps within a few points."""
+    full = small_synthetic(tmp_path / "full", epochs=40, patience=None)
+    full["dataset"].update(num_nodes=3000, num_classes=8)
+    mini = small_synthetic(tmp_path / "mini", epochs=40, patience=None, batch_size=256, fanouts=[5, 5])
+    mini["dataset"] = full["dataset"]
+    a, b = train(full), train(mini)
+    assert b["test"] > 0.5 and b["test"] >= a["test"] - 0.05, (a["test"], b["test"])
+    assert b["config"]["train"]["fanouts"] == [5, 5] and not b["cuda_graph"]
+
+
+def test_minibatch_resume_continues_exactly_where_it_stopped(tmp_path):
+    """The batch order and the sampled blocks draw from the saved RNG state."""
+    mini = {"batch_size": 200, "fanouts": [4, -1], "patience": None}
+    straight = train(small_synthetic(tmp_path / "straight", epochs=6, **mini))
+    train(small_synthetic(tmp_path / "resumed", epochs=3, **mini))
+    resumed = train(small_synthetic(tmp_path / "resumed", epochs=6, **mini), resume=tmp_path / "resumed")
+    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [r["loss"] for r in read_metrics(tmp_path / "resumed")]
+    assert resumed["test"] == straight["test"]
+
+
+def test_minibatch_needs_one_fanout_per_graph_layer(tmp_path):
+    cfg = small_synthetic(tmp_path, batch_size=64, fanouts=[5, 5, 5])  # a 2-layer GCN
+    with pytest.raises(ConfigError, match=r"train.fanouts.*one fanout per graph layer of the model \(2\)"):
+        train(cfg)
+
+
 # ---------------------------------------------------------------------------- resume
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
     straight = train(small_synthetic(tmp_path / "straight", epochs=12, patience=None))
@@ -190,6 +219,12 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
     ({"model": "gcn"}, "'model' must be a mapping"),
     ({"dataset": {"root": "x"}}, "dataset.name"),
     ({"train": {"cuda_graph": "yes"}}, "train.cuda_graph"),
+    ({"train": {"batch_size": 0, "fanouts": [5]}}, "train.batch_size"),
+    ({"train": {"batch_size": 64, "fanouts": [0]}}, "train.fanouts"),
+    ({"train": {"batch_size": 64, "fanouts": []}}, "train.fanouts"),
+    ({"train": {"batch_size": 64}}, "train.fanouts.*set together with train.batch_size"),
+    ({"train": {"fanouts": [5, 5]}}, "train.fanouts.*set together with train.batch_size"),
+    ({"train": {"batch_size": 64, "fanouts": [5], "cuda_graph": True}}, "train.cuda_graph.*mini-batch"),
 ])
 def test_bad_config_names_the_key(config, message):
     with pytest.raises(ConfigError, match=message):

@@ -6,7 +6,8 @@ A config has four sections and two top-level keys::
     self_loops: true          # add a self-loop to every node before training
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
     model: {name: gcn, ...}      # build_model's name and keyword arguments
-    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress, cuda_graph}
+    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress, cuda_graph,
+            batch_size, fanouts}
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
 from __future__ import annotations
@@ -38,6 +39,11 @@ DEFAULTS = {
         # the host bounds an epoch; the graphs keep their own memory pools): true, false, or "auto"
         # (on CUDA for graphs of up to training.loop.AUTO_CUDA_GRAPH_EDGES nonzeros)
         "cuda_graph": "auto",
+        # mini-batch training: batches of batch_size training nodes, each on the blocks that
+        # NeighborSampler draws with one fanout per graph layer (-1: every in-edge), the layer
+        # nearest the input first; null: full-graph steps. Evaluation stays full-graph.
+        "batch_size": None,
+        "fanouts": None,
     },
     "output": {"root": "runs", "dir": None},
 }
@@ -152,6 +158,16 @@ def resolve_config(config: dict) -> dict:
     _require(isinstance(t["cuda_graph"], bool) or t["cuda_graph"] == "auto", "train.cuda_graph",
              "true, false or auto", t["cuda_graph"])
     _require(t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"])
+    _require(t["batch_size"] is None or (_is_int(t["batch_size"]) and t["batch_size"] >= 1), "train.batch_size",
+             "an integer >= 1 or null", t["batch_size"])
+    fanouts = t["fanouts"]
+    _require(fanouts is None or (isinstance(fanouts, list) and bool(fanouts) and all(
+        _is_int(f) and (f >= 1 or f == -1) for f in fanouts)), "train.fanouts",
+        "a non-empty list of integers >= 1 or -1 (every in-edge), or null", fanouts)
+    _require((fanouts is None) == (t["batch_size"] is None), "train.fanouts",
+             "set together with train.batch_size (mini-batch training) or not at all", fanouts)
+    _require(t["batch_size"] is None or t["cuda_graph"] is not True, "train.cuda_graph",
+             "false or auto with train.batch_size (mini-batch steps are not replayed)", t["cuda_graph"])
     _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
     if cfg["name"] is None:
         cfg["name"] = f"{cfg['model']['name']}-{cfg['dataset']['name']}"

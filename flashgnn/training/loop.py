@@ -1,4 +1,6 @@
-"""Full-graph training of one model on one dataset, as a config describes it.
+"""Training of one model on one dataset, as a config describes it: full-graph steps, or
+mini-batches of training nodes on sampled blocks (``train.batch_size``, ``train.fanouts``);
+evaluation is full-graph.
 
 A run writes into its folder: ``config.yaml`` (the resolved config), ``metrics.csv`` (one
 row per epoch), ``last.pt`` (resumable state), ``best.pt`` (weights of the best validation
@@ -28,6 +30,7 @@ from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
 from ..data import Dataset, load_dataset
 from ..graph import Graph
 from ..precision_context import block_width
+from ..sampling import NeighborSampler
 from . import checkpoint
 from .config import ConfigError, resolve_config
 from .precision import dense_precision, grad_scaler, precision_scope
@@ -136,17 +139,43 @@ def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
-    """One full-graph step: forward in ``precision``, loss on the nodes ``index`` (int64)
-    whose labels are ``y_index``, scaled backward, the optimizer step. Returns the loss (a
-    device tensor: reading it synchronises). Nothing in it synchronises, so a CUDA graph can
-    capture it."""
+    """One step: forward in ``precision``, loss on the output rows ``index`` (int64; None:
+    every row, as on a mini-batch's blocks) whose labels are ``y_index``, scaled backward, the
+    optimizer step. Returns the loss (a device tensor: reading it synchronises). Nothing in a
+    full-graph step synchronises, so a CUDA graph can capture it."""
     optimizer.zero_grad(set_to_none=True)
     with precision_scope(precision, x.device):
-        loss = _loss(model(graph, x).index_select(0, index), y_index, multi_label)
+        logits = model(graph, x)
+        loss = _loss(logits if index is None else logits.index_select(0, index), y_index, multi_label)
         scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
     return loss
+
+
+def minibatch_epoch(model, sampler: NeighborSampler, x, y, train_index, batch_size: int, optimizer, scaler,
+                    precision: str, multi_label: bool) -> torch.Tensor:
+    """One epoch of mini-batch steps: the training nodes ``train_index`` in a random order, in
+    batches of ``batch_size``, each on the blocks ``sampler`` draws for it. Returns the mean
+    loss per node (a device tensor)."""
+    order = train_index[torch.randperm(train_index.numel(), device=x.device)]
+    total = torch.zeros((), device=x.device)
+    for seeds in order.split(batch_size):
+        input_nodes, blocks = sampler.sample(seeds)
+        loss = train_step(model, blocks, x.index_select(0, input_nodes), y.index_select(0, seeds), None, optimizer,
+                          scaler, precision, multi_label)
+        total += loss.detach() * seeds.numel()
+    return total / max(order.numel(), 1)
+
+
+def check_fanouts(model: torch.nn.Module, fanouts: list[int]) -> None:
+    """ConfigError unless ``fanouts`` has one entry per graph layer of ``model``."""
+    from ..nn import AGNNConv, GATConv, GCNConv
+
+    layers = sum(isinstance(m, (GCNConv, AGNNConv, GATConv)) for m in model.modules())
+    if layers != len(fanouts):
+        raise ConfigError(f"config key 'train.fanouts' must have one fanout per graph layer of the model "
+                          f"({layers}), got {fanouts}")
 
 
 class EarlyStopping:
@@ -228,9 +257,12 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
     _sync(device)
     graph_seconds = time.perf_counter() - tic
-    cuda_graph = use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
+    minibatch = t["batch_size"] is not None
+    cuda_graph = not minibatch and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
 
     model = build_configured_model(cfg["model"], dataset).to(device)
+    if minibatch:
+        check_fanouts(model, t["fanouts"])
     optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device)
     scaler = grad_scaler(precision, device)
     stopper = EarlyStopping(t["patience"])
@@ -251,9 +283,16 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
 
     train_index, y_train = training_targets(masks[0], y)
 
-    def step() -> torch.Tensor:
-        return train_step(model, graph, x, y_train, train_index, optimizer, scaler, precision,
-                          dataset.multi_label).detach()
+    if minibatch:
+        sampler = NeighborSampler(graph, t["fanouts"])
+
+        def step() -> torch.Tensor:
+            return minibatch_epoch(model, sampler, x, y, train_index, t["batch_size"], optimizer, scaler, precision,
+                                   dataset.multi_label)
+    else:
+        def step() -> torch.Tensor:
+            return train_step(model, graph, x, y_train, train_index, optimizer, scaler, precision,
+                              dataset.multi_label).detach()
 
     def logits() -> torch.Tensor:
         with torch.no_grad(), precision_scope(precision, device):
