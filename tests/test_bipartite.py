@@ -304,7 +304,7 @@ def test_a_new_block_costs_few_host_synchronisations(rng):
     conversion reads its checks at once (CSR rows, eids, zero in-degree), then the duplicates
     after its sort; A and A^T one size each (A^T from the graph's CSR); the first step one read
     per segments build (A's and A^T's); a step on the prepared graph none (bounds as measured on
-    an H100, 2026-11-24)."""
+    an H100, 2026-11-23)."""
     src, dst = block_edges(rng, n_src=700, n_dst=300)
     block = FakeDGLGraph(src, dst, 700, rng, num_dst=300)
     for name in ("_indptr", "_indices", "_eids"):
