@@ -252,8 +252,17 @@ class Graph:
         _check_no_duplicates(key_sorted, order, src, dst)
         # rows are sorted: each row's start is a binary search (bincount would synchronise)
         indptr = torch.searchsorted(key_sorted, torch.arange(num_dst + 1, device=key_sorted.device) * max(num_src, 1))
+        return cls._from_canonical(indptr, src[order], num_nodes, order, edge_weight)
+
+    @classmethod
+    def _from_canonical(cls, indptr, indices, num_nodes: tuple[int, int], edge_ids, edge_weight,
+                        zero_in: bool | None = None) -> "Graph":
+        """A Graph of a CSR canonical by construction, not checked; ``zero_in``: whether a
+        destination has no in-edge, when the caller knows (layers read it)."""
         graph = cls.__new__(cls)
-        graph._set(indptr, src[order], num_nodes, order, edge_weight)
+        graph._set(indptr, indices, num_nodes, edge_ids, edge_weight)
+        if zero_in is not None:
+            graph._cache[("zero_in",)] = zero_in
         return graph
 
     @classmethod
@@ -264,10 +273,8 @@ class Graph:
         indptr, indices, dst, num_nodes, zero_in = rows
         key_sorted, order = _sort_keys(dst * max(num_nodes[0], 1) + indices)
         _check_no_duplicates(key_sorted, order, indices, dst, edge_ids)
-        graph = cls.__new__(cls)
-        graph._set(indptr, indices[order], num_nodes, order if edge_ids is None else edge_ids[order], edge_weight)
-        graph._cache[("zero_in",)] = zero_in
-        return graph
+        return cls._from_canonical(indptr, indices[order], num_nodes, order if edge_ids is None else edge_ids[order],
+                                   edge_weight, zero_in)
 
     @classmethod
     def from_edge_index(cls, edge_index, num_nodes=None, edge_weight=None) -> "Graph":

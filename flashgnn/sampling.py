@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ._cuda.sample_neighbors import MAX_FANOUT, sample_in_edges_cuda
 from .graph import Graph
 
 
@@ -62,26 +63,41 @@ class NeighborSampler:
         start = g.indptr[dst_nodes]
         degree = g.indptr[dst_nodes + 1] - start
         kept = degree if fanout < 0 else degree.clamp(max=fanout)
+        kept_end = torch.cumsum(kept, 0)
         total, n_kept, zero_in = torch.stack([degree.sum(), kept.sum(), (degree == 0).any()]).tolist()
-        # every in-edge of every destination, grouped by destination: candidate c is CSR
-        # position pos[c] of row[c]
-        row = torch.repeat_interleave(torch.arange(n_dst, device=device), degree, output_size=total)
-        row_first = torch.cumsum(degree, 0) - degree
-        pos = torch.arange(total, device=device) - row_first[row] + start[row]
-        if n_kept < total:  # a random rank within each row; keep the ranks below fanout
-            key = (row << 31) | torch.randint(0, 1 << 31, (total,), device=device, generator=generator)
-            key, order = torch.sort(key)
-            rank = torch.arange(total, device=device) - row_first[key >> 31]
-            chosen = order[torch.nonzero_static(rank < fanout, size=n_kept).flatten()]
-            row, pos = row[chosen], pos[chosen]
+        if device.type == "cuda" and 1 <= fanout <= MAX_FANOUT:
+            seed = torch.randint(0, 1 << 62, (1,), device=device, generator=generator)
+            row, pos = sample_in_edges_cuda(g.indptr, dst_nodes, kept_end, n_kept, seed)
+        else:
+            row, pos = _sample_in_edges(start, degree, total, n_kept, fanout, generator)
         src = g.indices[pos]
         local = self._local
         local[dst_nodes] = torch.arange(n_dst, device=device)
         new = torch.unique(src[local[src] < 0])
-        local[new] = torch.arange(n_dst, n_dst + new.numel(), device=device)
+        n_src = n_dst + new.numel()
+        local[new] = torch.arange(n_dst, n_src, device=device)
         src_local = local[src]
         local[dst_nodes], local[new] = -1, -1
+        # rows are grouped already: one sort by (row, source) makes the CSR canonical; distinct
+        # CSR positions of one row are distinct sources, so there is nothing more to check
+        key, order = torch.sort(row * max(n_src, 1) + src_local)
         weight = None if g.edge_weight is None else g.edge_weight[g.edge_ids[pos]]
-        block = Graph._from_edges(src_local, row, (n_dst + new.numel(), n_dst), weight)
-        block._cache[("zero_in",)] = bool(zero_in)
+        indptr = torch.nn.functional.pad(kept_end, (1, 0))
+        block = Graph._from_canonical(indptr, src_local[order], (n_src, n_dst), order, weight, bool(zero_in))
         return block, torch.cat([dst_nodes, new])
+
+
+def _sample_in_edges(start, degree, total: int, n_kept: int, fanout: int, generator):
+    """(row, pos) of the kept in-edges, grouped by destination row (torch: every in-edge gets a
+    random key, one sort by (row, key), the first ``fanout`` of each row kept)."""
+    device = start.device
+    row = torch.repeat_interleave(torch.arange(degree.numel(), device=device), degree, output_size=total)
+    row_first = torch.cumsum(degree, 0) - degree
+    pos = torch.arange(total, device=device) - row_first[row] + start[row]
+    if n_kept == total:
+        return row, pos
+    key = (row << 31) | torch.randint(0, 1 << 31, (total,), device=device, generator=generator)
+    key, order = torch.sort(key)
+    rank = torch.arange(total, device=device) - row_first[key >> 31]
+    chosen = order[torch.nonzero_static(rank < fanout, size=n_kept).flatten()]
+    return row[chosen], pos[chosen]

@@ -61,27 +61,30 @@ def test_blocks_hold_sampled_in_edges_in_dgl_order(fanouts, device, rng):
         assert block.has_zero_in_degree() is False
 
 
-def test_in_edges_are_drawn_uniformly_without_replacement():
-    """A node with 10 in-edges and fanout 3: each in-edge kept in 3/10 of the samples."""
-    src = torch.arange(1, 11)
-    g = Graph.from_edge_index(torch.stack([src, torch.zeros(10, dtype=torch.int64)]), 11)
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_edges_are_drawn_uniformly_without_replacement(device):
+    """Nodes with 10 in-edges and fanout 3: each in-edge kept in 3/10 of the samples."""
+    src = torch.arange(1, 11).repeat(2)
+    dst = torch.tensor([0, 11]).repeat_interleave(10)
+    g = Graph.from_edge_index(torch.stack([src, dst]), 12).to(device)
     sampler = NeighborSampler(g, [3])
-    gen = torch.Generator().manual_seed(0)
-    counts = torch.zeros(11)
-    trials = 3000
+    gen = torch.Generator(device).manual_seed(0)
+    counts = torch.zeros(2, 12)
+    trials = 2000
     for _ in range(trials):
-        input_nodes, (block,) = sampler.sample(torch.tensor([0]), gen)
-        assert block.num_edges == 3
-        counts[input_nodes[block.indices]] += 1
-    assert torch.all((counts[1:] / trials - 0.3).abs() < 0.04), counts / trials
+        input_nodes, (block,) = sampler.sample(torch.tensor([0, 11], device=device), gen)
+        assert block.num_edges == 6 and torch.equal(block.in_degrees().cpu(), torch.tensor([3, 3]))
+        counts[block.dst_of_csr().cpu(), input_nodes[block.indices].cpu()] += 1
+    assert torch.all((counts[:, 1:11] / trials - 0.3).abs() < 0.04), counts / trials
 
 
-def test_a_generator_makes_a_sample_reproducible(rng):
-    g = random_graph(rng)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_generator_makes_a_sample_reproducible(device, rng):
+    g = random_graph(rng, device=device)
     sampler = NeighborSampler(g, [2, 2])
-    seeds = torch.arange(0, 40, 3)
-    a = sampler.sample(seeds, torch.Generator().manual_seed(5))
-    b = sampler.sample(seeds, torch.Generator().manual_seed(5))
+    seeds = torch.arange(0, 40, 3, device=device)
+    a = sampler.sample(seeds, torch.Generator(device).manual_seed(5))
+    b = sampler.sample(seeds, torch.Generator(device).manual_seed(5))
     assert torch.equal(a[0], b[0])
     for x, y in zip(a[1], b[1]):
         assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
@@ -89,17 +92,19 @@ def test_a_generator_makes_a_sample_reproducible(rng):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model", ["gcn", "agnn"])
-def test_every_in_edge_kept_gives_the_full_graph_output(model, device, rng):
+@pytest.mark.parametrize("fanout", [-1, 64])  # 64: at least every in-degree here
+def test_every_in_edge_kept_gives_the_full_graph_output(fanout, model, device, rng):
     """GCN with norm "right" (a mean over in-edges) and AGNN (a softmax over in-edges) read
     only the in-edges of each destination: blocks keeping all of them reproduce the seeds'
     full-graph output."""
     g = random_graph(rng, device=device)
+    assert int(g.in_degrees().max()) <= 64
     torch.manual_seed(0)
     net = (GCN(6, 8, 3, num_layers=2, dropout=0.0, norm="right") if model == "gcn"
            else AGNN(6, 8, 3, num_layers=2, dropout=0.0)).to(device).double()
     x = torch.randn(g.num_nodes, 6, dtype=torch.float64, device=device)
     seeds = torch.tensor([5, 77, 0, 31], device=device)
-    input_nodes, blocks = NeighborSampler(g, [-1, -1]).sample(seeds)
+    input_nodes, blocks = NeighborSampler(g, [fanout, fanout]).sample(seeds)
     torch.testing.assert_close(net(blocks, x[input_nodes]), net(g, x)[seeds], rtol=1e-10, atol=1e-12)
 
 
