@@ -70,7 +70,8 @@ def test_float64_matches_dense(f_in, f_out, bias, rng):
 @pytest.mark.parametrize("f_in,f_out", SHAPES[:2], ids=SHAPE_IDS[:2])
 @pytest.mark.parametrize("wanted", ["bias", "weight", "feat"])
 def test_gradient_of_one_input(f_in, f_out, wanted, rng):
-    """Only one input needs a gradient (A^T is then not built unless it is used)."""
+    """Only one input needs a gradient: A^T is built only for dX, or dW when X W comes first
+    (the first layer of a mini-batch: its block needs no transpose)."""
     a, dense = _adjacency(rng)
     inputs = {"feat": torch.randn(a.n_cols, f_in, dtype=torch.float64),
               "weight": torch.randn(f_in, f_out, dtype=torch.float64), "bias": torch.randn(f_out, dtype=torch.float64)}
@@ -78,6 +79,8 @@ def test_gradient_of_one_input(f_in, f_out, wanted, rng):
     proj = torch.randn(a.n_rows, f_out, dtype=torch.float64)
     out = ops.graph_conv(a, inputs["feat"], inputs["weight"], inputs["bias"], values=a.values.double())
     (got,) = torch.autograd.grad((out * proj).sum(), [inputs[wanted]])
+    projects_first = f_in > f_out  # d(XW) = A^T dOut
+    assert (a._transpose is not None) == (wanted == "feat" or (wanted == "weight" and projects_first))
     ref = dense @ inputs["feat"] @ inputs["weight"] + inputs["bias"]
     (expected,) = torch.autograd.grad((ref * proj).sum(), [inputs[wanted]])
     assert rel_err(got, expected) < 1e-12

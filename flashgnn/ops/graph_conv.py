@@ -71,12 +71,17 @@ def _spmm_input(feat: Tensor, precision: str, dtype: torch.dtype) -> Tensor:
     return feat.to(dtype) if dtype == half_storage(precision) else feat
 
 
+def _projects_first(weight: Tensor | None) -> bool:
+    """Whether X W is formed before the aggregation: W [F_in, F_out] narrows the features."""
+    return weight is not None and weight.shape[0] > weight.shape[1]
+
+
 class _GraphConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision):
         dtype = _dense_dtype(feat) if weight is not None else feat.dtype
         w = None if weight is None else weight.to(dtype)
-        project_first = w is not None and w.shape[0] > w.shape[1]
+        project_first = _projects_first(weight)
         if project_first:
             saved = feat.to(dtype)
             out = _spmm(*pattern, values, torch.mm(saved, w), shape[0], k, precision, False, *NO_TRANSPOSE)
@@ -142,7 +147,11 @@ def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tens
         raise ValueError(f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}")
     if tracing() or values.requires_grad:
         return _composed(a, feat, weight, bias, precision, values)
-    need_t = torch.is_grad_enabled() and (feat.requires_grad or (weight is not None and weight.requires_grad))
+    # A^T serves dX, and dW when W multiplies first (d(XW) = A^T dOut): not the first layer of
+    # a mini-batch, whose input features need no gradient (its block, the largest, then needs
+    # no transpose at all)
+    need_t = torch.is_grad_enabled() and (feat.requires_grad or (
+        weight is not None and weight.requires_grad and _projects_first(weight)))
     return _GraphConv.apply(feat, weight, bias, values, pattern_args(a), transpose_args(a, need_t),
                             (a.n_rows, a.n_cols), a.k, precision)
 
@@ -150,7 +159,7 @@ def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tens
 def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None, precision: str,
               values: Tensor) -> Tensor:
     """``graph_conv`` from the registered ops and torch's matmul (autocast applies to it)."""
-    if weight is not None and weight.shape[0] > weight.shape[1]:
+    if _projects_first(weight):
         out = spmm(a, feat @ weight, precision, values=values)
     elif weight is not None:
         out = spmm(a, _spmm_input(feat, precision, _dense_dtype(feat)), precision, values=values) @ weight
