@@ -27,6 +27,7 @@ import weakref
 import numpy as np
 import torch
 
+from ._cuda.gcn_norm import gcn_values_cuda
 from .block_diagonal import block_diagonal
 from .format import MEBCRS, build_canonical, check_csr
 from .tensor_cache import built_for_reuse
@@ -506,10 +507,12 @@ class Graph:
             return self.edge_values(weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k)
 
         def build():
+            weight = None if self.edge_weight is None else self.edge_weight[self.edge_ids].to(dtype)
+            a = self.adj(k)
+            if self.device.type == "cuda" and dtype == torch.float32:  # one kernel: new blocks every mini-batch
+                return gcn_values_cuda(self.indptr, self.indices, self.num_src_nodes, a.perm, a.n_slots, norm, weight)
             factor = self._norm_factor(norm, dtype)
-            if self.edge_weight is not None:
-                factor = factor * self.edge_weight[self.edge_ids].to(dtype)
-            return self.adj(k).values_from_csr(factor)
+            return a.values_from_csr(factor if weight is None else factor * weight)
         return self._cached(("gcn_values", k, norm, dtype), build)
 
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from flashgnn import Graph
 from flashgnn.graph import as_graph
 from flashgnn.ops import spmm
-from tests.helpers import random_csr
+from tests.helpers import needs_gpu, random_csr
 
 
 class FakeDGLGraph:
@@ -252,6 +252,26 @@ def test_adj_cached_per_block_width_and_shared_by_to(rng):
     assert g.gcn_values("both", 8) is g.gcn_values("both", 8)
     moved = g.to("cpu")
     assert isinstance(moved, Graph) and moved is not g and moved.adj(8) is a8
+
+
+@needs_gpu
+@pytest.mark.parametrize("norm", ["both", "right", "left", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("nodes", [(300, 300), (450, 200)])
+def test_gcn_values_on_the_gpu_match_the_cpu(nodes, weighted, norm, rng):
+    """One kernel on the GPU (kernels/gcn_norm.cu), torch ops on the CPU: the same values, slots
+    outside the pattern 0 (isolated sources and destinations included)."""
+    n_src, n_dst = nodes
+    src = torch.from_numpy(rng.integers(0, n_src - 20, 3000))
+    dst = torch.from_numpy(rng.integers(0, n_dst - 10, 3000))
+    key = torch.unique(dst * n_src + src)
+    weight = torch.from_numpy(rng.random(key.numel())).float() + 0.5 if weighted else None
+    g = Graph.from_edge_index(torch.stack([key % n_src, key // n_src]), nodes, edge_weight=weight)
+    for k in (8, 4):
+        got = g.to("cuda").gcn_values(norm, k)
+        ref = g.gcn_values(norm, k)
+        assert got.is_cuda and got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), ref, rtol=2e-7, atol=0)
 
 
 @pytest.mark.parametrize("k", [8, 4])
