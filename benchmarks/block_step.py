@@ -13,11 +13,9 @@ one step on new blocks (torch.cuda.set_sync_debug_mode), by source line.
 """
 import argparse
 import collections
-import statistics
-import time
 import warnings
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+from common import wall_median_ms  # (also puts the checkout on sys.path)
 import torch
 
 from flashgnn import nn as fnn
@@ -40,17 +38,6 @@ def block_of(indptr, indices, seeds, fanout):
     own = torch.arange(seeds.numel(), device=device)
     key = torch.unique(torch.cat([dst, own]) * n + torch.cat([local[src_global], own]))  # no duplicate edge
     return TinyDGLGraph(key % n, key // n, seeds.numel() + new.numel(), seeds.numel()), torch.cat([seeds, new])
-
-
-def median_ms(fn, reps=10):
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -99,7 +86,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.sparse's beta warnings
         for name, fn in rows:
-            print(f"{name:40s} {median_ms(fn):8.2f} ms")
+            print(f"{name:40s} {wall_median_ms(fn, 10):8.2f} ms")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         new = fresh()

@@ -12,11 +12,10 @@ torch.sparse fp32 (a CSR of the normalised block built every step); the sampling
     python benchmarks/minibatch_step.py [--graph powerlaw_products] [--steps 30]
 """
 import argparse
-import statistics
-import time
+import itertools
 import warnings
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+from common import wall_median_ms  # (also puts the checkout on sys.path)
 import torch
 import torch.nn.functional as F
 
@@ -52,17 +51,6 @@ class SparseGCN(torch.nn.Module):
         return h
 
 
-def median_ms(fn, steps):
-    times = []
-    for i in range(steps):
-        torch.cuda.synchronize()
-        tic = time.perf_counter()
-        fn(i)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - tic) * 1e3)
-    return statistics.median(times)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graph", default="powerlaw_products")
@@ -77,39 +65,41 @@ def main() -> None:
     x = torch.randn(graph.num_nodes, FEATURES, device=device, generator=gen)
     y = torch.randint(0, CLASSES, (graph.num_nodes,), device=device, generator=gen)
     sampler = NeighborSampler(graph, FANOUTS)
-    seeds = [torch.randperm(graph.num_nodes, device=device, generator=gen)[:BATCH] for _ in range(args.steps + 5)]
+    batches = itertools.cycle([torch.randperm(graph.num_nodes, device=device, generator=gen)[:BATCH]
+                               for _ in range(args.steps)])
     gcn = GCN(FEATURES, HIDDEN, CLASSES, num_layers=len(FANOUTS)).to(device)
     optimizer = make_optimizer(gcn.parameters(), 0.01, 0.0, device)
 
     def step(model, precision, blocks_of):
         scaler = grad_scaler(precision, device)
 
-        def run(i):
-            input_nodes, blocks = blocks_of(i)
+        def run():
+            input_nodes, blocks = blocks_of()
+            seeds = input_nodes[:blocks[-1].num_dst_nodes]  # a block's destinations come first
             optimizer.zero_grad(set_to_none=True)
             with precision_scope(precision, device):
-                loss = F.cross_entropy(model(blocks, x[input_nodes]).float(), y[seeds[i]])
+                loss = F.cross_entropy(model(blocks, x[input_nodes]).float(), y[seeds])
                 scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         return run
 
-    def new(i):
-        return sampler.sample(seeds[i])
-    prepared = [sampler.sample(s) for s in seeds[:5]]
-    rows = [("sampling alone", lambda i: sampler.sample(seeds[i])),
+    def new():
+        return sampler.sample(next(batches))
+    prepared = itertools.cycle([new() for _ in range(5)])
+    rows = [("sampling alone", new),
             ("flashgnn fp32, new blocks", step(gcn, "fp32", new)),
             ("flashgnn fp16, new blocks", step(gcn, "fp16", new)),
-            ("flashgnn fp16, prepared blocks", step(gcn, "fp16", lambda i: prepared[i % 5])),
+            ("flashgnn fp16, prepared blocks", step(gcn, "fp16", lambda: next(prepared))),
             ("torch.sparse fp32, new blocks", step(SparseGCN(gcn), "fp32", new))]
-    input_nodes, blocks = new(0)
+    input_nodes, blocks = new()
     print(f"{args.graph}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; blocks (src -> dst, edges): "
           + ", ".join(f"{b.num_src_nodes:,} -> {b.num_dst_nodes:,} ({b.num_edges:,})" for b in blocks))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.sparse's beta warnings
         for name, fn in rows:
-            fn(len(seeds) - 1)  # warm-up (kernels, cuSPARSE handles)
-            print(f"{name:34s} {median_ms(fn, args.steps):8.2f} ms", flush=True)
+            fn()  # warm-up (kernels, cuSPARSE handles)
+            print(f"{name:34s} {wall_median_ms(fn, args.steps):8.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ weights, min(fanout, in-degree) in-edges per destination drawn uniformly, DGL's 
 and with every in-edge kept they give the full-graph output on the seeds."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

@@ -29,6 +29,7 @@ from .. import __version__
 from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
 from ..data import Dataset, load_dataset
 from ..graph import Graph
+from ..nn import AGNNConv, GATConv, GCNConv
 from ..precision_context import block_width
 from ..sampling import NeighborSampler
 from . import checkpoint
@@ -170,8 +171,6 @@ def minibatch_epoch(model, sampler: NeighborSampler, x, y, train_index, batch_si
 
 def check_fanouts(model: torch.nn.Module, fanouts: list[int]) -> None:
     """ConfigError unless ``fanouts`` has one entry per graph layer of ``model``."""
-    from ..nn import AGNNConv, GATConv, GCNConv
-
     layers = sum(isinstance(m, (GCNConv, AGNNConv, GATConv)) for m in model.modules())
     if layers != len(fanouts):
         raise ConfigError(f"config key 'train.fanouts' must have one fanout per graph layer of the model "
