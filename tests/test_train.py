@@ -16,6 +16,7 @@ from flashgnn.data import load_dataset
 from flashgnn.training import ConfigError, apply_overrides, load_config, resolve_config, train
 from flashgnn.training.loop import AUTO_CUDA_GRAPH_EDGES, use_cuda_graph
 from flashgnn.training.precision import RoundedMatmuls, precision_scope
+from tests.helpers import needs_gpu
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -122,6 +123,20 @@ def test_minibatch_resume_continues_exactly_where_it_stopped(tmp_path):
     straight = train(small_synthetic(tmp_path / "straight", epochs=6, **mini))
     train(small_synthetic(tmp_path / "resumed", epochs=3, **mini))
     resumed = train(small_synthetic(tmp_path / "resumed", epochs=6, **mini), resume=tmp_path / "resumed")
+    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [r["loss"] for r in read_metrics(tmp_path / "resumed")]
+    assert resumed["test"] == straight["test"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_minibatch_on_the_gpu_learns_and_resumes_exactly(tmp_path, precision):
+    """On CUDA the sampler draws in a kernel from a seed of torch's CUDA generator, which the
+    checkpoint keeps: a resumed run repeats the straight one's losses."""
+    mini = {"batch_size": 200, "fanouts": [4, 6], "patience": None, "device": "cuda", "precision": precision}
+    straight = train(small_synthetic(tmp_path / "straight", epochs=30, **mini))
+    assert straight["test"] > 0.5 and straight["device"].startswith("cuda")
+    train(small_synthetic(tmp_path / "resumed", epochs=15, **mini))
+    resumed = train(small_synthetic(tmp_path / "resumed", epochs=30, **mini), resume=tmp_path / "resumed")
     assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [r["loss"] for r in read_metrics(tmp_path / "resumed")]
     assert resumed["test"] == straight["test"]
 
