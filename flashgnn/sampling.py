@@ -73,7 +73,9 @@ class NeighborSampler:
         src = g.indices[pos]
         local = self._local
         local[dst_nodes] = torch.arange(n_dst, device=device)
-        new = torch.unique(src[local[src] < 0])
+        # sources not among the destinations, by id; -1 stands for the others (one read: unique's size)
+        marked = torch.cat([torch.where(local[src] < 0, src, -1), src.new_full((1,), -1)])
+        new = torch.unique(marked)[1:]
         n_src = n_dst + new.numel()
         local[new] = torch.arange(n_dst, n_src, device=device)
         src_local = local[src]

@@ -60,7 +60,8 @@ __global__ void segment_fill(const i64* __restrict__ row_ptr, const i64* __restr
         table[3 * n_segments + s] = part;
         table[4 * n_segments + s] = split_index;
         // an empty last window starts at n_vectors: its key reads the last column (any would do)
-        table[5 * n_segments + s] = col_idx ? col_idx[min(start + begin, n_vectors - 1)] : seg_vectors - length;
+        table[5 * n_segments + s] = col_idx && n_vectors ? col_idx[min(start + begin, n_vectors - 1)]
+                                                         : seg_vectors - length;
         first[s] = start + begin;
         if (split && j == 0) {
             split_table[split_index] = (int)w;
