@@ -13,9 +13,48 @@
 //                  window that window's column of the split table; key[s] is what the segments
 //                  are then ordered by (a stable sort, ascending): seg_vectors - length (longest
 //                  first) or, given col_idx, the column of the first vector.
+//
+//   segment_totals  run by the format builder, whose host read of n_vectors takes these along:
+//                  for seg_vectors 32, 64, 128 and 256 the totals segment_sizes' scan would give
+//                  (segments, split windows, their segments) and the longest window's segments,
+//                  so that a later build of those segments reads nothing (a mini-batch builds
+//                  segments for every new block). Warp shuffles, then one integer atomic per warp
+//                  and value: exact in any order.
 #include "common.cuh"
 
 namespace fg {
+
+constexpr int TOTAL_SIZES = 4;  // seg_vectors 32 << i; flashgnn/_cuda/segments.py: TOTALS_SIZES
+
+__global__ void segment_totals(const i64* __restrict__ row_ptr, i64 n_windows, u64* __restrict__ totals) {
+    u64 sum[TOTAL_SIZES][3] = {};
+    u64 most[TOTAL_SIZES] = {};
+    for (i64 w = global_thread(); w < n_windows; w += grid_stride()) {
+        const i64 vectors = row_ptr[w + 1] - row_ptr[w];
+#pragma unroll
+        for (int i = 0; i < TOTAL_SIZES; ++i) {
+            const i64 seg = 32 << i;
+            const u64 count = vectors > seg ? (u64)((vectors + seg - 1) / seg) : 1;
+            sum[i][0] += count;
+            sum[i][1] += count > 1;
+            sum[i][2] += count > 1 ? count : 0;
+            most[i] = max(most[i], count);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TOTAL_SIZES; ++i) {
+        for (int m = 16; m > 0; m >>= 1) {
+#pragma unroll
+            for (int j = 0; j < 3; ++j) sum[i][j] += __shfl_xor_sync(0xffffffffu, sum[i][j], m);
+            most[i] = max(most[i], __shfl_xor_sync(0xffffffffu, most[i], m));
+        }
+        if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+            for (int j = 0; j < 3; ++j) atomicAdd(totals + 4 * i + j, sum[i][j]);
+            atomicMax(totals + 4 * i + 3, most[i]);
+        }
+    }
+}
 
 __global__ void segment_sizes(const i64* __restrict__ row_ptr, i64 n_windows, int seg_vectors,
                               i64* __restrict__ sizes) {

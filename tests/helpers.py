@@ -6,6 +6,7 @@ Use ``from tests.helpers import ...``.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,16 @@ def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
             out.append((str(names[i]), sp.csr_matrix((np.ones(nnz, np.float32), cols, indptr),
                                                       shape=(n_rows, n_cols))))
     return out
+
+
+def host_syncs(fn) -> int:
+    """Host synchronisations ``fn()`` makes on the GPU (torch.cuda's sync debug mode)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
+from flashgnn import MEBCRS
 from flashgnn._cuda import segments
 from flashgnn._cuda.segments import segments_for
-from tests.helpers import needs_gpu
+from tests.helpers import host_syncs, needs_gpu
 
 
 def cuda_row_ptr(vectors_per_window) -> torch.Tensor:
@@ -70,6 +72,23 @@ def test_segments_match_a_loop_over_windows(case, seg_vectors):
     assert seg.n_parts == sum(want["split_count"])
     assert seg.most_parts == max((max(1, -(-nv // seg_vectors)) for nv in vectors), default=0)
     assert seg.seg_vectors == seg_vectors
+
+
+@needs_gpu
+def test_segments_of_a_built_format_use_the_totals_read_with_it(rng):
+    """The GPU builder reads every seg_vectors' totals with n_vectors: segments built later read
+    nothing and equal those built from a copy of row_ptr, which reads its own."""
+    a = sp.random(3000, 2000, density=0.01, format="csr", random_state=7)
+    a[5, :] = 1.0  # a hub row: windows split at every size
+    a = sp.csr_matrix(a)
+    fmt = MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices), n_cols=2000, device="cuda")
+    for seg_vectors in segments.TOTALS_SIZES:
+        built = []
+        assert host_syncs(lambda: built.append(segments_for(fmt.row_ptr, seg_vectors))) == 0
+        ref = segments_for(fmt.row_ptr.clone(), seg_vectors)
+        for name in ("window", "begin", "first", "count", "part", "split", "split_window", "split_part", "split_count"):
+            assert torch.equal(getattr(built[0], name), getattr(ref, name)), name
+        assert (built[0].n_parts, built[0].most_parts) == (ref.n_parts, ref.most_parts) and ref.most_parts > 1
 
 
 @needs_gpu

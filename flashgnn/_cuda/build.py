@@ -5,6 +5,7 @@ import torch
 
 from .move_values import move_values_cuda
 from .runtime import launch, ptr, require_device
+from .segments import remember_totals, segment_totals_cuda
 from .sources import register
 
 SOURCE = register("mebcrs_build.cu", ["fg::mark_first", "fg::window_starts", "fg::place_nonzeros"])
@@ -15,7 +16,7 @@ _TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE
 def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     """(row_ptr int64, col_idx int32, perm int64, vec_mask uint8) of a canonical CSR pattern
     (indptr int64 [n_rows + 1], indices int64 [nnz], both on one GPU): the arrays of
-    flashgnn.format.build_pattern. One host synchronisation, for n_vectors."""
+    flashgnn.format.build_pattern. One host synchronisation, for n_vectors and the segment totals."""
     device = indices.device
     n_rows, nnz = indptr.numel() - 1, indices.numel()
     n_windows = (n_rows + 7) // 8
@@ -29,7 +30,9 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     row_ptr = torch.empty(n_windows + 1, dtype=torch.int64, device=device)
     launch(SOURCE, "fg::window_starts", device, (min(n_windows // _THREADS + 1, 1 << 16),), (_THREADS,),
            ptr(indptr), ptr(offs), n_rows, n_windows, ptr(row_ptr))
-    n_vectors = int(row_ptr[-1])
+    totals = segment_totals_cuda(row_ptr)  # read with n_vectors, so segments need no read of their own
+    n_vectors, *counts = torch.cat([row_ptr[-1:], totals]).tolist()
+    remember_totals(row_ptr, counts)
     col_idx = torch.empty(n_vectors, dtype=torch.int32, device=device)
     vec_mask = torch.empty(n_vectors, dtype=torch.uint8, device=device)
     perm = torch.empty(nnz, dtype=torch.int64, device=device)

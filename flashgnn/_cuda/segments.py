@@ -34,8 +34,9 @@ from ..tensor_cache import TensorCache, built_for_reuse
 from .runtime import launch, ptr
 from .sources import register
 
-SOURCE = register("segments.cu", ["fg::segment_sizes", "fg::segment_fill"])
+SOURCE = register("segments.cu", ["fg::segment_sizes", "fg::segment_fill", "fg::segment_totals"])
 _THREADS = 256
+TOTALS_SIZES = (32, 64, 128, 256)  # kernels/segments.cu: segment_totals
 
 # Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
 # (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
@@ -122,21 +123,44 @@ class Segments:
 
 
 _CACHE = TensorCache()  # row_ptr -> {(seg_vectors, by column): Segments}
+_TOTALS = TensorCache()  # row_ptr -> {seg_vectors: (n_segments, n_split, n_parts, most_parts)}
+
+
+def segment_totals_cuda(row_ptr: torch.Tensor) -> torch.Tensor:
+    """int64 [16] on row_ptr's device, not read here: for seg_vectors 32, 64, 128, 256 in turn,
+    (segments, split windows, their segments, the longest window's segments). The format
+    builder reads them with its own sizes and passes them to ``remember_totals``."""
+    totals = torch.zeros(4 * len(TOTALS_SIZES), dtype=torch.int64, device=row_ptr.device)
+    n_windows = row_ptr.numel() - 1
+    if n_windows:
+        launch(SOURCE, "fg::segment_totals", row_ptr.device, _grid(n_windows), (_THREADS,),
+               ptr(row_ptr), n_windows, ptr(totals))
+    return totals
+
+
+def remember_totals(row_ptr: torch.Tensor, totals: list[int]) -> None:
+    """Keep ``segment_totals_cuda``'s values, read, for the segments of ``row_ptr`` built later."""
+    _TOTALS.set(row_ptr, {seg: tuple(totals[4 * i:4 * i + 4]) for i, seg in enumerate(TOTALS_SIZES)})
 
 
 def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None) -> Segments:
     """Segments longest first, or by the column of their first vector when ``col_idx`` is given
-    (kernels/segments.cu). A few launches and one host synchronisation: a mini-batch builds
-    segments for new blocks every step."""
+    (kernels/segments.cu). A few launches and one host synchronisation, none when the format
+    builder read the totals: a mini-batch builds segments for new blocks every step."""
     device = row_ptr.device
     n_windows = row_ptr.numel() - 1
     sizes = (torch.empty if n_windows else torch.zeros)(3, max(n_windows, 1), dtype=torch.int64, device=device)
     if n_windows:
         launch(SOURCE, "fg::segment_sizes", device, _grid(n_windows), (_THREADS,),
                ptr(row_ptr), n_windows, seg_vectors, ptr(sizes))
-    most_parts = sizes[0].max()
-    sizes.cumsum_(1)
-    n_segments, n_split, n_parts, most_parts = torch.cat([sizes[:, -1], most_parts[None]]).tolist()
+    known = (_TOTALS.get(row_ptr) or {}).get(seg_vectors)
+    if known is None:
+        most_parts = sizes[0].max()
+        sizes.cumsum_(1)
+        known = torch.cat([sizes[:, -1], most_parts[None]]).tolist()
+    else:
+        sizes.cumsum_(1)
+    n_segments, n_split, n_parts, most_parts = known
     table = torch.empty(6, n_segments, dtype=torch.int32, device=device)
     first = torch.empty(n_segments, dtype=torch.int64, device=device)
     split_table = torch.empty(3, n_split, dtype=torch.int32, device=device)
