@@ -184,7 +184,8 @@ def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
                  col_idx: torch.Tensor | None = None) -> Segments:
     """Segments of the windows of ``row_ptr`` (cached while that tensor lives) of ``seg_vectors``
     vectors, by default ``default_seg_vectors(n_vectors)``; ordered by column when ``col_idx``
-    (the pattern's) is given and ``column_ordered`` says so. Only a cache miss synchronises."""
+    (the pattern's) is given and ``column_ordered`` says so. Only a cache miss synchronises, and
+    not when the GPU format builder read the totals (``remember_totals``)."""
     by_column = col_idx is not None and column_ordered(col_idx.numel(), row_ptr.numel() - 1)
     built = _CACHE.get(row_ptr)
     if built is None:
