@@ -238,3 +238,11 @@ def test_building_on_cuda_without_gpu_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="no CUDA device is available"):
         MEBCRS.from_csr([0, 1, 2], [1, 0], device="cuda")
+
+
+def test_stride_blocks_gives_a_thread_per_item_up_to_the_block_cap():
+    from flashgnn._cuda.runtime import MAX_GRID_BLOCKS, stride_blocks
+
+    assert stride_blocks(1, 256) == (1,) and stride_blocks(256, 256) == (1,) and stride_blocks(257, 256) == (2,)
+    assert stride_blocks(1000, 128) == (8,)
+    assert stride_blocks(MAX_GRID_BLOCKS * 256 * 3, 256) == (MAX_GRID_BLOCKS,)

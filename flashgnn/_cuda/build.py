@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .move_values import move_values_cuda
-from .runtime import launch, ptr, require_device
+from .runtime import launch, ptr, require_device, stride_blocks
 from .segments import remember_totals, segment_totals_cuda
 from .sources import register
 
@@ -28,7 +28,7 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
                ptr(indptr), ptr(indices), ptr(first), n_rows, nnz)
         torch.cumsum(first, 0, dtype=torch.int64, out=offs[1:])
     row_ptr = torch.empty(n_windows + 1, dtype=torch.int64, device=device)
-    launch(SOURCE, "fg::window_starts", device, (min(n_windows // _THREADS + 1, 1 << 16),), (_THREADS,),
+    launch(SOURCE, "fg::window_starts", device, stride_blocks(n_windows + 1, _THREADS), (_THREADS,),
            ptr(indptr), ptr(offs), n_rows, n_windows, ptr(row_ptr))
     totals = segment_totals_cuda(row_ptr)  # read with n_vectors, so segments need no read of their own
     n_vectors, *counts = torch.cat([row_ptr[-1:], totals]).tolist()

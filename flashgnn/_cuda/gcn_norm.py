@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, ptr, stride_blocks
 from .sources import register
 
 SOURCE = register("gcn_norm.cu", ["fg::count_sources", "fg::gcn_values"])
@@ -24,7 +24,7 @@ def gcn_values_cuda(indptr: torch.Tensor, indices: torch.Tensor, n_src: int, slo
     out = torch.zeros(n_slots, dtype=torch.float32, device=device)
     if not nnz:
         return out
-    blocks = (min(-(-nnz // _THREADS), 1 << 16),)
+    blocks = stride_blocks(nnz, _THREADS)
     out_degree = torch.zeros(n_src if power_out else 1, dtype=torch.int32, device=device)
     if power_out:
         launch(SOURCE, "fg::count_sources", device, blocks, (_THREADS,), ptr(indices), nnz, ptr(out_degree))

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, ptr, stride_blocks
 from .sources import register
 
 _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 SOURCE = register("move_values.cu", [f"fg::move_values<{t}>" for t in _BITS.values()])
 _THREADS = 256
-_MAX_BLOCKS = 1 << 16
 
 
 def move_values_cuda(values: torch.Tensor, src_slot: torch.Tensor | None, dst_slot: torch.Tensor,
@@ -25,8 +24,8 @@ def move_values_cuda(values: torch.Tensor, src_slot: torch.Tensor | None, dst_sl
         out[dst_slot] = values if src_slot is None else values[src_slot]
     elif nnz:
         values = values.contiguous()
-        blocks = min(-(-nnz // _THREADS), _MAX_BLOCKS)
-        launch(SOURCE, f"fg::move_values<{_BITS[values.element_size()]}>", values.device, (blocks,), (_THREADS,),
+        launch(SOURCE, f"fg::move_values<{_BITS[values.element_size()]}>", values.device,
+               stride_blocks(nnz, _THREADS), (_THREADS,),
                ptr(values), 0 if src_slot is None else ptr(src_slot), ptr(dst_slot), nnz,
                ptr(out))
     return out

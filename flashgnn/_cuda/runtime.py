@@ -13,6 +13,13 @@ from .compiler import _import_cuda_core, compile_source
 from .sources import KernelSource
 
 MIN_CAPABILITY = (8, 0)
+MAX_GRID_BLOCKS = 1 << 16  # grid-stride kernels: enough blocks to fill any GPU; threads loop over the rest
+
+
+def stride_blocks(items: int, threads: int) -> tuple[int]:
+    """Grid of a grid-stride kernel over ``items`` (>= 1) with ``threads`` per block: a thread
+    per item, at most MAX_GRID_BLOCKS blocks."""
+    return (min(-(-items // threads), MAX_GRID_BLOCKS),)
 
 
 def require_device(device: torch.device) -> int:

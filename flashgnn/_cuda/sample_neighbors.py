@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, ptr
+from .runtime import launch, ptr, stride_blocks
 from .sources import register
 
 SOURCE = register("sample_neighbors.cu", ["fg::sample_in_edges"])
@@ -21,6 +21,6 @@ def sample_in_edges_cuda(indptr: torch.Tensor, dst: torch.Tensor, kept_end: torc
     row = torch.empty(n_kept, dtype=torch.int64, device=device)
     pos = torch.empty(n_kept, dtype=torch.int64, device=device)
     if dst.numel():
-        launch(SOURCE, "fg::sample_in_edges", device, (min(-(-dst.numel() // _THREADS), 1 << 16),), (_THREADS,),
+        launch(SOURCE, "fg::sample_in_edges", device, stride_blocks(dst.numel(), _THREADS), (_THREADS,),
                ptr(indptr), ptr(dst), ptr(kept_end), dst.numel(), ptr(seed), ptr(row), ptr(pos))
     return row, pos

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..tensor_cache import TensorCache, built_for_reuse
-from .runtime import launch, ptr
+from .runtime import launch, ptr, stride_blocks
 from .sources import register
 
 SOURCE = register("segments.cu", ["fg::segment_sizes", "fg::segment_fill", "fg::segment_totals"])
@@ -133,7 +133,7 @@ def segment_totals_cuda(row_ptr: torch.Tensor) -> torch.Tensor:
     totals = torch.zeros(4 * len(TOTALS_SIZES), dtype=torch.int64, device=row_ptr.device)
     n_windows = row_ptr.numel() - 1
     if n_windows:
-        launch(SOURCE, "fg::segment_totals", row_ptr.device, _grid(n_windows), (_THREADS,),
+        launch(SOURCE, "fg::segment_totals", row_ptr.device, stride_blocks(n_windows, _THREADS), (_THREADS,),
                ptr(row_ptr), n_windows, ptr(totals))
     return totals
 
@@ -151,7 +151,7 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     n_windows = row_ptr.numel() - 1
     sizes = (torch.empty if n_windows else torch.zeros)(3, max(n_windows, 1), dtype=torch.int64, device=device)
     if n_windows:
-        launch(SOURCE, "fg::segment_sizes", device, _grid(n_windows), (_THREADS,),
+        launch(SOURCE, "fg::segment_sizes", device, stride_blocks(n_windows, _THREADS), (_THREADS,),
                ptr(row_ptr), n_windows, seg_vectors, ptr(sizes))
     known = (_TOTALS.get(row_ptr) or {}).get(seg_vectors)
     if known is None:
@@ -165,7 +165,7 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     first = torch.empty(n_segments, dtype=torch.int64, device=device)
     split_table = torch.empty(3, n_split, dtype=torch.int32, device=device)
     if n_segments:
-        launch(SOURCE, "fg::segment_fill", device, _grid(n_segments), (_THREADS,),
+        launch(SOURCE, "fg::segment_fill", device, stride_blocks(n_segments, _THREADS), (_THREADS,),
                ptr(row_ptr), ptr(sizes), n_windows, n_segments, n_split, seg_vectors,
                0 if col_idx is None else ptr(col_idx), 0 if col_idx is None else col_idx.numel(),
                ptr(table), ptr(first), ptr(split_table))
@@ -174,10 +174,6 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     split_window, split_part, split_count = split_table
     return Segments(window, begin, first[order], count, part, split, split_window, split_part, split_count,
                     seg_vectors, n_parts, most_parts)
-
-
-def _grid(n: int) -> tuple[int]:
-    return (min(-(-n // _THREADS), 1 << 16),)
 
 
 def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,

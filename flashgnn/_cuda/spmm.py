@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import current_stream, launch, operand, ptr
+from .runtime import current_stream, launch, operand, ptr, stride_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -139,6 +139,5 @@ def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.T
         return
     n = out.shape[1]
     total = windows.numel() * 8 * n
-    launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, (min((total + 255) // 256, 1 << 16),),
-           (256,), ptr(workspace), ptr(windows), ptr(parts), ptr(counts),
-           windows.numel(), n_rows, n, ptr(out))
+    launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, stride_blocks(total, 256), (256,),
+           ptr(workspace), ptr(windows), ptr(parts), ptr(counts), windows.numel(), n_rows, n, ptr(out))
