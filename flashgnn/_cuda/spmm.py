@@ -16,10 +16,12 @@ WARPS_PER_BLOCK = 4
 # Split windows of at most this many segments are summed inside the SpMM kernel (by the segment
 # that finishes last), longer ones by the spmm_reduce launch after it.
 FUSE_MAX_PARTS = 64
-# Graphs of at least this many vectors gather 8 features per lane (16-byte loads for fp16/bf16)
-# when N > 32; smaller graphs keep 4, which gives twice the warps to fill the GPU. From an H100
-# sweep (benchmarks/spmm_sweep.py) over the 33 shared graphs and the generated ones.
-WIDE_LANES_MIN_VECTORS = 100_000
+# Lanes gather 8 features per vector (16-byte loads for fp16/bf16) when N > 64 and the graph
+# holds at least this many vectors x N (100k vectors at N = 128, 50k at 256); otherwise 4, which
+# gives twice the warps to fill the GPU (at N = 64 4 was faster on every shared graph of over
+# 100k vectors, by 5-36%). From H100 sweeps (benchmarks/spmm_sweep.py --features 4,8) over the
+# 33 shared graphs and the generated ones, fp16 and tf32, N = 64, 128, 256.
+WIDE_LANES_MIN_WORK = 12_800_000
 
 
 def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int) -> str:
@@ -41,18 +43,24 @@ def _aligned(*tensors: torch.Tensor) -> bool:
 # whose warps cut each feature chunk's vectors into `ways` runs and add their sums in shared
 # memory. Small graphs take long segments split several ways (a short critical path: one
 # wave of blocks, no partial sums in global memory), large ones long segments in one run each
-# (fewer, fuller warps). From an H100 sweep (benchmarks/spmm_sweep.py, fp16, the 33 shared
-# graphs, one run; geomean speedup over cuSPARSE against the earlier segments of 64/128/256 by
-# size in one run each: N = 32 1.99x -> 2.16x, N = 128 1.65x -> 1.77x, N = 256 1.58x -> 1.68x;
-# tf32 N = 128 1.29x -> 1.38x). Rows: (fewer vectors than, seg_vectors, ways).
+# (fewer, fuller warps). From H100 sweeps (benchmarks/spmm_sweep.py, the 33 shared graphs; the
+# rows on fp16; the large-split threshold on fp16 and tf32 at N = 128 and 256, where at 256 it
+# moved from 180k to 90k vectors: geomean 1.72x -> 1.74x fp16, 1.29x -> 1.31x tf32,
+# gemsec_fb_government tf32 0.94x -> 1.14x). Rows: (fewer vectors than, seg_vectors, ways).
 NARROW_SPLIT = ((40_000, 256, 4), (100_000, 64, 2), (180_000, 128, 2), (450_000, 256, 2))  # N <= 32
-WIDE_SPLIT = ((12_000, 256, 2), (180_000, 128, 1))
+WIDE_SPLIT = ((12_000, 256, 2), (180_000, 128, 1))  # N > 32
 LARGE_SPLIT = (256, 1)
+# N > 32: graphs past WIDE_SPLIT's first row take the large split from this many vectors x N on
+# too (180k vectors at N = 128, as the rows say; 90k at N = 256)
+LARGE_SPLIT_WORK = 180_000 * 128
 
 
 def work_split(n: int, n_vectors: int) -> tuple[int, int]:
     """(seg_vectors, ways) of the SpMM for N = n on a graph of n_vectors vectors."""
-    for limit, seg, ways in NARROW_SPLIT if n <= 32 else WIDE_SPLIT:
+    rows = NARROW_SPLIT if n <= 32 else WIDE_SPLIT
+    if n > 32 and n_vectors >= rows[0][0] and n_vectors * n >= LARGE_SPLIT_WORK:
+        return LARGE_SPLIT
+    for limit, seg, ways in rows:
         if n_vectors < limit:
             return seg, ways
     return LARGE_SPLIT
@@ -60,7 +68,7 @@ def work_split(n: int, n_vectors: int) -> tuple[int, int]:
 
 def lane_features(n: int, n_vectors: int) -> int:
     """Consecutive features a lane gathers per vector (a warp covers 8 times as many)."""
-    return 8 if n > 32 and n_vectors >= WIDE_LANES_MIN_VECTORS else 4
+    return 8 if n > 64 and n_vectors * n >= WIDE_LANES_MIN_WORK else 4
 
 
 def chunk_warps(chunks: int, ways: int) -> int:
