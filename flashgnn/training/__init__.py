@@ -1,5 +1,5 @@
-"""Full-graph training from YAML configs: ``train(config)``, the config helpers, and the
-precision scope that covers sparse ops and dense matmuls alike."""
+"""Training from YAML configs, full-graph or mini-batch: ``train(config)``, the config helpers,
+and the precision scope that covers sparse ops and dense matmuls alike."""
 from .config import DEFAULTS, ConfigError, apply_overrides, load_config, resolve_config
 from .loop import train
 from .precision import precision_scope
