@@ -1,6 +1,7 @@
 """Neighbour sampling for mini-batch training: the blocks of a batch of seed nodes, as DGL's
 ``NeighborSampler`` makes them, built as bipartite flashgnn Graphs on the graph's device with
-vectorised torch (no loop over nodes; a few host synchronisations per hop, to size tensors)."""
+vectorised torch and one kernel (no loop over nodes; two host synchronisations per hop, to size
+tensors, and one for the seed checks)."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +35,7 @@ class NeighborSampler:
         self.graph = graph
         self.fanouts = fanouts
         self._local = None  # int64 [num_nodes] of -1: global id -> id in the block being built
+        self._new = None  # bool [num_nodes + 1], False: marks a hop's new sources (the last: none)
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None):
         g = self.graph
@@ -51,6 +53,7 @@ class NeighborSampler:
                 raise ValueError("seeds must be distinct node ids")
         if self._local is None:
             self._local = torch.full((g.num_nodes,), -1, dtype=torch.int64, device=g.device)
+            self._new = torch.zeros(g.num_nodes + 1, dtype=torch.bool, device=g.device)
         blocks, nodes = [], seeds
         for fanout in reversed(self.fanouts):
             block, nodes = self._hop(nodes, fanout, generator)
@@ -73,13 +76,16 @@ class NeighborSampler:
         src = g.indices[pos]
         local = self._local
         local[dst_nodes] = torch.arange(n_dst, device=device)
-        # sources not among the destinations, by id; -1 stands for the others (one read: unique's size)
-        marked = torch.cat([torch.where(local[src] < 0, src, -1), src.new_full((1,), -1)])
-        new = torch.unique(marked)[1:]
+        # sources not among the destinations, in increasing id order (one read: their count);
+        # index_fill_, not `t[i] = scalar`, which copies the scalar to the device synchronously
+        flags = self._new
+        flags.index_fill_(0, torch.where(local[src] < 0, src, g.num_nodes), True)
+        new = torch.nonzero(flags[:-1]).flatten()
+        flags.index_fill_(0, new, False)[-1:].fill_(False)
         n_src = n_dst + new.numel()
         local[new] = torch.arange(n_dst, n_src, device=device)
         src_local = local[src]
-        local[dst_nodes], local[new] = -1, -1
+        local.index_fill_(0, dst_nodes, -1).index_fill_(0, new, -1)
         # rows are grouped already: one sort by (row, source) makes the CSR canonical; distinct
         # CSR positions of one row are distinct sources, so there is nothing more to check
         key, order = torch.sort(row * max(n_src, 1) + src_local)
