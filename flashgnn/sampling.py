@@ -22,7 +22,8 @@ class NeighborSampler:
 
     Returns input_nodes, int64 [N_in], the global ids of blocks[0]'s sources, and blocks, one
     Graph per layer: blocks[i] has blocks[i + 1]'s sources as destinations, blocks[-1] the
-    seeds. ``generator`` (on the graph's device) makes a sample reproducible.
+    seeds. ``generator`` (on the graph's device) makes a sample reproducible. A sampler keeps
+    node-sized scratch tensors between calls: use one per thread.
     """
 
     def __init__(self, graph: Graph, fanouts):
