@@ -460,11 +460,8 @@ class Graph:
         device = _device_key(self.device if device is None else device)
 
         def build():
-            values = None
-            if self.edge_weight is not None:
-                values = self.edge_weight[self.edge_ids].to(torch.float32)
-            if values is None:
-                values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
+            weight = self._csr_weight(torch.float32)
+            values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device) if weight is None else weight
             fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
             if device == self.device:
                 fmt._csr = (self.indptr, self.indices)
@@ -507,13 +504,17 @@ class Graph:
             return self.edge_values(weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k)
 
         def build():
-            weight = None if self.edge_weight is None else self.edge_weight[self.edge_ids].to(dtype)
+            weight = self._csr_weight(dtype)
             a = self.adj(k)
             if self.device.type == "cuda" and dtype == torch.float32:  # one kernel: new blocks every mini-batch
                 return gcn_values_cuda(self.indptr, self.indices, self.num_src_nodes, a.perm, a.n_slots, norm, weight)
             factor = self._norm_factor(norm, dtype)
             return a.values_from_csr(factor if weight is None else factor * weight)
         return self._cached(("gcn_values", k, norm, dtype), build)
+
+    def _csr_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """The graph's edge weights in CSR order, [E] in ``dtype``; None when it has none."""
+        return None if self.edge_weight is None else self.edge_weight[self.edge_ids].to(dtype)
 
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
         """The degree normalisation of every CSR position, [E] in ``dtype``."""
