@@ -10,18 +10,22 @@
 // One warp per (window segment, feature tile): a segment is at most seg_vectors vectors of one
 // window, so a hub window is spread over many warps; a split window's segments write fp32
 // partial sums to a workspace that spmm_reduce (spmm.cu) adds up in segment order, so the
-// result is deterministic. Per batch of 32 vectors, lane j loads vector j's column, mask and
-// real values (coalesced), then the warp walks the batch: the column, mask and values are
-// broadcast by shuffles, every lane gathers its features of X[col] (16-byte loads when
-// VW = 4) and adds value * x into one accumulator per window row. UNROLL gathers are issued
-// before they are used, to keep loads in flight. For N <= 16 (spmm_fp32_narrow) the lanes of
-// a warp split the segment's vectors instead of the features.
+// result is deterministic.
+//
+// A warp's lanes form 32 / L groups of L lanes; a group gathers one vector's row of X, each
+// lane VW consecutive features (16-byte loads when VW = 4), so a tile is L * VW features and
+// a warp gathers 32 / L rows at once: narrow X (N = 32 takes L = 8) keeps the whole warp
+// loading. The warp walks its segment in batches of 32 vectors: lane j loads vector j's
+// column, mask and real values (coalesced; the next batch's are loaded while this one is
+// used), then in each step every group takes one vector of the batch by shuffles and gathers
+// its row; U steps are issued before their products are summed, so a lane keeps U gathers in
+// flight. A lane sums its vectors' products per window row; the groups' sums are then added
+// by a butterfly of shuffles, in a fixed order (deterministic).
 #include "common.cuh"
 
 namespace fg::spmm32 {
 
 constexpr unsigned ALL_LANES = 0xffffffffu;
-constexpr int UNROLL = 4;
 
 template <int VW>
 __device__ __forceinline__ void load_features(float (&dst)[VW], const float* src) {
@@ -47,14 +51,35 @@ __device__ __forceinline__ void store_features(float* dst, const float (&src)[VW
     }
 }
 
-// The values of vector j of segment s's window (0 in the slots vec_mask leaves out).
-__device__ __forceinline__ void load_vector_values(float (&val)[WINDOW], const float* __restrict__ values,
-                                                   const WindowSegment& s, int j, u32 mask, int k_log2) {
-    const int vb = (j >> k_log2) << k_log2;  // first vector of j's block
+// Vector j of segment s (relative to its window): column, mask and the values of its real
+// nonzeros (0 elsewhere); all zero past the segment's end.
+struct Vector {
+    int col = 0;
+    u32 mask = 0;
+    float val[WINDOW] = {};
+};
+
+__device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
+                                              const float* __restrict__ values, const WindowSegment& s, int j,
+                                              int k_log2) {
+    Vector v;
+    if (j >= s.end) return v;
+    v.col = __ldg(col_idx + s.start + j);
+    v.mask = __ldg(vec_mask + s.start + j);
+    const int vb = (j >> k_log2) << k_log2;  // first vector of j's block in the value layout
     const int width = min(s.n_vec - vb, 1 << k_log2);
     const float* slot0 = values + WINDOW * (s.start + vb) + (j - vb);
 #pragma unroll
-    for (int r = 0; r < WINDOW; ++r) val[r] = (mask >> r) & 1 ? __ldg(slot0 + r * width) : 0.f;
+    for (int r = 0; r < WINDOW; ++r) {
+        if ((v.mask >> r) & 1) v.val[r] = __ldg(slot0 + r * width);
+    }
+    return v;
+}
+
+__device__ __forceinline__ u32 warp_or(u32 v) {
+    u32 r;
+    asm volatile("redux.sync.or.b32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
 }
 
 // Where row r of segment s goes: its partial-sum row in the workspace (a split window), else
@@ -66,68 +91,57 @@ __device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_r
     return row < n_rows ? y + row * n : nullptr;
 }
 
-// Lane features: G groups of VW consecutive columns; group g starts at
-// tile * 32 VW G + (32 g + lane) VW. With VW = 4, N is a multiple of 4 and x is 16-byte
-// aligned (the launcher checks), so a group is either wholly inside N or wholly outside.
-template <int VW, int G>
+// VW features per lane, L lanes per vector (a power of two), U steps in flight (dividing L).
+// With VW = 4, N is a multiple of 4 and x is 16-byte aligned (the launcher checks), so a
+// lane's features are either wholly inside N or wholly outside.
+template <int VW, int L, int U>
 __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict__ col_idx,
                           const u8* __restrict__ vec_mask, const float* __restrict__ values,
                           const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
                           const int* __restrict__ seg_part, i64 n_segments, int seg_vectors, int k_log2,
                           i64 n_rows, int n, int n_tiles, const float* __restrict__ x, float* __restrict__ y,
                           float* __restrict__ workspace) {
-    constexpr int TILE = 32 * VW * G;
+    constexpr int GROUPS = 32 / L;  // vectors gathered per step
+    constexpr int STEPS = L;        // steps per batch of 32 vectors
+    static_assert(32 % L == 0 && STEPS % U == 0, "L must divide 32 and U must divide L");
     const i64 warp = fg::global_thread() >> 5;
     if (warp >= n_segments * n_tiles) return;
     const i64 seg = warp / n_tiles;
     const int lane = threadIdx.x & 31;
-    const int f0 = (int)(warp - seg * n_tiles) * TILE + lane * VW;  // feature of group 0
+    const int group = lane / L;
+    const int f = (int)(warp - seg * n_tiles) * L * VW + (lane % L) * VW;
+    const bool inside = f < n;
+    const float* x_lane = x + (inside ? f : 0);  // lanes past N gather features they never store
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
 
-    float acc[WINDOW][G][VW] = {};
+    float acc[WINDOW][VW] = {};
+    Vector next = load_vector(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
     for (int j0 = s.begin; j0 < s.end; j0 += 32) {
-        const int j = j0 + lane;
-        int col = 0;
-        u32 mask = 0;
-        if (j < s.end) {
-            col = __ldg(col_idx + s.start + j);
-            mask = __ldg(vec_mask + s.start + j);
-        }
-        float val[WINDOW];
-        load_vector_values(val, values, s, j, mask, k_log2);
-        const int batch = min(32, s.end - j0);  // lanes >= batch hold mask 0
-        for (int u0 = 0; u0 < batch; u0 += UNROLL) {
-            int cu[UNROLL];
-            u32 mu[UNROLL];
-            float xu[UNROLL][G][VW];
+        const Vector cur = next;
+        if (j0 + 32 < s.end) next = load_vector(col_idx, vec_mask, values, s, j0 + 32 + lane, k_log2);
+        const int steps = (min(32, s.end - j0) + GROUPS - 1) / GROUPS;  // the same in every lane
+        for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
+            int src[U];
+            u32 mu[U];
+            float xu[U][VW];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                cu[u] = __shfl_sync(ALL_LANES, col, u0 + u);
-                mu[u] = __shfl_sync(ALL_LANES, mask, u0 + u);
+            for (int u = 0; u < U; ++u) {
+                src[u] = (t0 + u) * GROUPS + group;
+                mu[u] = __shfl_sync(ALL_LANES, cur.mask, src[u]);
+                // unconditional: past the segment's end col is 0, a row of X that exists (the
+                // batch holds a vector), and a mask of 0 leaves the features unused
+                load_features<VW>(xu[u], x_lane + (i64)__shfl_sync(ALL_LANES, cur.col, src[u]) * n);
             }
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    const int f = f0 + g * 32 * VW;
-                    if (mu[u] != 0 && f < n) {
-                        load_features<VW>(xu[u][g], x + (i64)cu[u] * n + f);
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VW; ++e) xu[u][g][e] = 0.f;
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
+                const u32 rows = GROUPS == 1 ? mu[u] : warp_or(mu[u]);  // rows any group needs
 #pragma unroll
                 for (int r = 0; r < WINDOW; ++r) {
-                    if ((mu[u] >> r) & 1) {  // the same in every lane: no divergence
-                        const float a = __shfl_sync(ALL_LANES, val[r], u0 + u);
+                    if ((rows >> r) & 1) {  // the same in every lane: no divergence
+                        const float a = __shfl_sync(ALL_LANES, cur.val[r], src[u]);
+                        if ((mu[u] >> r) & 1) {
 #pragma unroll
-                        for (int g = 0; g < G; ++g) {
-#pragma unroll
-                            for (int e = 0; e < VW; ++e) acc[r][g][e] = fmaf(a, xu[u][g][e], acc[r][g][e]);
+                            for (int e = 0; e < VW; ++e) acc[r][e] = fmaf(a, xu[u][e], acc[r][e]);
                         }
                     }
                 }
@@ -137,56 +151,18 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
 
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
-        float* dst = row_out(s, r, n_rows, n, y, workspace);
-        if (dst == nullptr) break;
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const int f = f0 + g * 32 * VW;
-            if (f < n) store_features<VW>(dst + f, acc[r][g]);
+        for (int e = 0; e < VW; ++e) {
+#pragma unroll
+            for (int offset = L; offset < 32; offset <<= 1) acc[r][e] += __shfl_xor_sync(ALL_LANES, acc[r][e], offset);
         }
     }
-}
-
-// Narrow X (N <= L <= 16 columns), where one lane per feature would leave most of a warp idle:
-// the warp spreads over vectors instead, 32 / L of them at a time with L lanes each (lane % L
-// is the feature), every lane summing its vectors' products per window row; the 32 / L partial
-// sums of a row are then added by a butterfly of shuffles, in a fixed order (deterministic).
-template <int L>
-__global__ void spmm_fp32_narrow(const i64* __restrict__ row_ptr, const int* __restrict__ col_idx,
-                                 const u8* __restrict__ vec_mask, const float* __restrict__ values,
-                                 const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
-                                 const int* __restrict__ seg_part, i64 n_segments, int seg_vectors, int k_log2,
-                                 i64 n_rows, int n, const float* __restrict__ x, float* __restrict__ y,
-                                 float* __restrict__ workspace) {
-    const i64 warp = fg::global_thread() >> 5;
-    if (warp >= n_segments) return;
-    const int lane = threadIdx.x & 31;
-    const int f = lane % L;
-    const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, warp, seg_vectors);
-
-    float acc[WINDOW] = {};
-#pragma unroll 4
-    for (int j = s.begin + lane / L; j < s.end; j += 32 / L) {
-        const u32 mask = __ldg(vec_mask + s.start + j);
-        float val[WINDOW];
-        load_vector_values(val, values, s, j, mask, k_log2);
-        const float xf = f < n ? __ldg(x + (i64)__ldg(col_idx + s.start + j) * n + f) : 0.f;
-#pragma unroll
-        for (int r = 0; r < WINDOW; ++r) {
-            if ((mask >> r) & 1) acc[r] = fmaf(val[r], xf, acc[r]);
-        }
-    }
+    if (!inside) return;
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
-#pragma unroll
-        for (int offset = L; offset < 32; offset <<= 1) acc[r] += __shfl_xor_sync(ALL_LANES, acc[r], offset);
-    }
-    if (lane >= L || f >= n) return;
-#pragma unroll
-    for (int r = 0; r < WINDOW; ++r) {
+        if (r % GROUPS != group) continue;  // every group holds the sums; each stores its rows
         float* dst = row_out(s, r, n_rows, n, y, workspace);
-        if (dst == nullptr) break;
-        dst[f] = acc[r];
+        if (dst != nullptr) store_features<VW>(dst + f, acc[r]);
     }
 }
 

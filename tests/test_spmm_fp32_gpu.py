@@ -20,8 +20,8 @@ def gpu_format(a: sp.csr_matrix, k: int) -> MEBCRS:
     return MEBCRS.from_csr(a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=k).to("cuda")
 
 
-def run(f: MEBCRS, x: torch.Tensor) -> torch.Tensor:
-    return spmm_fp32(f.row_ptr, f.col_idx, f.vec_mask, f.values, x, f.n_rows, f.k)
+def run(f: MEBCRS, x: torch.Tensor, **split) -> torch.Tensor:
+    return spmm_fp32(f.row_ptr, f.col_idx, f.vec_mask, f.values, x, f.n_rows, f.k, **split)
 
 
 def poison_allocator(n_floats: int) -> None:
@@ -64,10 +64,22 @@ def test_small_matrices_match_scipy(case, rng):
         assert_fp32_exact(run(f, x), a, x)
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16, 32])
+@pytest.mark.parametrize("seg_vectors", [32, 256])
+def test_every_lane_layout_matches_scipy(lanes, seg_vectors, rng):
+    # lanes per vector x features per lane (16-byte loads at N = 64, single floats at N = 7)
+    a = CASES["hub_1003x20011"](rng)
+    f = gpu_format(a, 8)
+    for n in (7, 64):
+        x = torch.randn(a.shape[1], n, device="cuda")
+        poison_allocator(a.shape[0] * n)
+        assert_fp32_exact(run(f, x, lanes=lanes, seg_vectors=seg_vectors), a, x)
+
+
 def test_deterministic_with_split_windows(rng):
     a = CASES["hub_1003x20011"](rng)
     f = gpu_format(a, 8)
-    for n in (7, 64):  # the narrow kernel's butterfly and the feature-tiled kernel
+    for n in (7, 64):  # the groups' butterfly and 16-byte loads
         x = torch.randn(a.shape[1], n, device="cuda")
         assert torch.equal(run(f, x), run(f, x))
 
@@ -122,3 +134,5 @@ def test_bad_inputs_are_clear_errors(rng):
         spmm_fp32(f.row_ptr, f.col_idx, f.vec_mask, f.values, x.cpu(), f.n_rows, 8)
     with pytest.raises(ValueError, match="windows"):
         spmm_fp32(f.row_ptr, f.col_idx, f.vec_mask, f.values, x, 100, 8)
+    with pytest.raises(ValueError, match="lanes must be one of"):
+        run(f, x, lanes=3)
