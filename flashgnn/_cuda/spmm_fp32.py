@@ -13,10 +13,11 @@ _FEATURES = (1, 4)  # per lane and load: 4 (16-byte loads) when N and x allow it
 _LANES = (1, 2, 4, 8, 16, 32)  # per vector: a power of two
 _IN_FLIGHT = 8  # gathers a lane keeps in flight (steps of a batch issued together), at most
 # Graphs of fewer vectors take 64-vector segments and at most 16 lanes per vector (4 warps a
-# segment at N = 256), so their few windows still spread over the GPU. From a sweep of
-# segment length x lanes x gathers in flight on the 33 real graphs (H100, session 15):
-# geomean speedup over cuSPARSE fp32 at N = 32 / 128 / 256 of 1.41x / 0.89x / 0.82x for the
-# best single setting against 1.33x / 0.68x / 0.70x for default segments and lanes covering N.
+# segment at N = 256), so their few windows still spread over the GPU; larger graphs keep
+# segments_for's default (128-256) and lanes covering N. From a sweep of segment length x
+# lanes on the 33 real graphs (H100, session 15): 64 vectors and 16 lanes won on the graphs of
+# under 100k vectors but one (at N = 128 over cuSPARSE, 0.51-0.87x -> 0.80-1.55x; on
+# hetero_minesweeper 1.70x -> 1.49x) and lost on most graphs above 170k.
 _SHORT_SEGMENTS_BELOW = 150_000
 _SHORT_SEGMENT = 64
 
