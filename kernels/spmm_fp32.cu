@@ -19,8 +19,17 @@
 // column, mask and real values (coalesced; the next batch's are loaded while this one is
 // used), then in each step every group takes one vector of the batch by shuffles and gathers
 // its row; U steps are issued before their products are summed, so a lane keeps U gathers in
-// flight. A lane sums its vectors' products per window row; the groups' sums are then added
-// by a butterfly of shuffles, in a fixed order (deterministic).
+// flight. A lane sums its vectors' products per window row, in one of two places (SHARED):
+// - registers, acc[row][feature]: registers cannot be indexed at run time, so every vector
+//   tests the eight rows (one test per row for the warp, the values shuffled from the batch).
+// - shared memory, a slot per (row, lane): a product goes straight to its row's slot, one
+//   load-add-store per real nonzero and no test of the other rows. Fewer instructions, which
+//   pays off on wide X (H100, 33 real graphs, geomean over cuSPARSE at N = 128 / 256: 0.95x /
+//   0.83x in registers, 1.01x / 0.98x in shared memory), while narrow X, whose lane groups
+//   each loop over their own vector's rows, runs faster in registers (1.47x against 1.40x at
+//   N = 32).
+// The groups' sums are then added by a butterfly of shuffles, in a fixed order
+// (deterministic).
 #include "common.cuh"
 
 namespace fg::spmm32 {
@@ -51,13 +60,43 @@ __device__ __forceinline__ void store_features(float* dst, const float (&src)[VW
     }
 }
 
-// Vector j of segment s (relative to its window): column, mask and the values of its real
-// nonzeros (0 elsewhere); all zero past the segment's end.
+// sum[0..VW) += a * x, in shared memory (one 16-byte load and store when VW = 4).
+template <int VW>
+__device__ __forceinline__ void add_product(float* sum, float a, const float (&x)[VW]) {
+    if constexpr (VW == 4) {
+        float4 t = *reinterpret_cast<float4*>(sum);
+        t.x = fmaf(a, x[0], t.x);
+        t.y = fmaf(a, x[1], t.y);
+        t.z = fmaf(a, x[2], t.z);
+        t.w = fmaf(a, x[3], t.w);
+        *reinterpret_cast<float4*>(sum) = t;
+    } else {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) sum[e] = fmaf(a, x[e], sum[e]);
+    }
+}
+
+// Vector j of segment s (relative to its window): column, mask, the values of its real
+// nonzeros (0 elsewhere) and the first of them; all zero past the segment's end.
 struct Vector {
     int col = 0;
     u32 mask = 0;
     float val[WINDOW] = {};
+    float first = 0.f;
 };
+
+// Where the values of vector j of segment s lie: row r's at slot[r * width] (the value
+// layout's blocks of 2^k_log2 vectors, fewer in a window's last).
+struct ValueColumn {
+    const float* slot;
+    int width;
+};
+
+__device__ __forceinline__ ValueColumn value_column(const float* __restrict__ values, const WindowSegment& s, int j,
+                                                    int k_log2) {
+    const int vb = (j >> k_log2) << k_log2;  // first vector of j's block
+    return {values + WINDOW * (s.start + vb) + (j - vb), min(s.n_vec - vb, 1 << k_log2)};
+}
 
 __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
                                               const float* __restrict__ values, const WindowSegment& s, int j,
@@ -66,13 +105,14 @@ __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, c
     if (j >= s.end) return v;
     v.col = __ldg(col_idx + s.start + j);
     v.mask = __ldg(vec_mask + s.start + j);
-    const int vb = (j >> k_log2) << k_log2;  // first vector of j's block in the value layout
-    const int width = min(s.n_vec - vb, 1 << k_log2);
-    const float* slot0 = values + WINDOW * (s.start + vb) + (j - vb);
+    const ValueColumn c = value_column(values, s, j, k_log2);
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
-        if ((v.mask >> r) & 1) v.val[r] = __ldg(slot0 + r * width);
+        if ((v.mask >> r) & 1) v.val[r] = __ldg(c.slot + r * c.width);
     }
+    // a load of its own (a kernel reads either val or first, the other is never computed): a
+    // select over val would chain eight loads into one register, and a warp waits on each
+    if (v.mask != 0) v.first = __ldg(c.slot + (__ffs(v.mask) - 1) * c.width);
     return v;
 }
 
@@ -91,10 +131,11 @@ __device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_r
     return row < n_rows ? y + row * n : nullptr;
 }
 
-// VW features per lane, L lanes per vector (a power of two), U steps in flight (dividing L).
+// VW features per lane, L lanes per vector (a power of two), U steps in flight (dividing L),
+// sums in registers or (SHARED) in dynamic shared memory of WINDOW * 32 * VW floats per warp.
 // With VW = 4, N is a multiple of 4 and x is 16-byte aligned (the launcher checks), so a
 // lane's features are either wholly inside N or wholly outside.
-template <int VW, int L, int U>
+template <int VW, int L, int U, bool SHARED>
 __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict__ col_idx,
                           const u8* __restrict__ vec_mask, const float* __restrict__ values,
                           const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
@@ -115,6 +156,13 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
 
     float acc[WINDOW][VW] = {};
+    extern __shared__ float4 shared_sums[];  // float4: 16-byte aligned
+    // this lane's slot of row r: slot + r * 32 * VW
+    float* slot = reinterpret_cast<float*>(shared_sums) + ((threadIdx.x >> 5) * WINDOW * 32 + lane) * VW;
+    if constexpr (SHARED) {
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) store_features<VW>(slot + r * 32 * VW, acc[r]);
+    }
     Vector next = load_vector(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
     for (int j0 = s.begin; j0 < s.end; j0 += 32) {
         const Vector cur = next;
@@ -123,25 +171,39 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
         for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
             int src[U];
             u32 mu[U];
+            float au[U];  // shared sums: the first value, shuffled ahead of the sums
             float xu[U][VW];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 src[u] = (t0 + u) * GROUPS + group;
                 mu[u] = __shfl_sync(ALL_LANES, cur.mask, src[u]);
+                if constexpr (SHARED) au[u] = __shfl_sync(ALL_LANES, cur.first, src[u]);
                 // unconditional: past the segment's end col is 0, a row of X that exists (the
                 // batch holds a vector), and a mask of 0 leaves the features unused
                 load_features<VW>(xu[u], x_lane + (i64)__shfl_sync(ALL_LANES, cur.col, src[u]) * n);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const u32 rows = GROUPS == 1 ? mu[u] : warp_or(mu[u]);  // rows any group needs
+                if constexpr (SHARED) {
+                    float a = au[u];
+                    for (u32 m = mu[u]; m != 0;) {  // the same in a group's lanes
+                        add_product<VW>(slot + (__ffs(m) - 1) * 32 * VW, a, xu[u]);
+                        m &= m - 1;
+                        if (m != 0) {  // a vector's further nonzeros are rare: read from memory
+                            const ValueColumn c = value_column(values, s, j0 + src[u], k_log2);
+                            a = __ldg(c.slot + (__ffs(m) - 1) * c.width);
+                        }
+                    }
+                } else {
+                    const u32 rows = GROUPS == 1 ? mu[u] : warp_or(mu[u]);  // rows any group needs
 #pragma unroll
-                for (int r = 0; r < WINDOW; ++r) {
-                    if ((rows >> r) & 1) {  // the same in every lane: no divergence
-                        const float a = __shfl_sync(ALL_LANES, cur.val[r], src[u]);
-                        if ((mu[u] >> r) & 1) {
+                    for (int r = 0; r < WINDOW; ++r) {
+                        if ((rows >> r) & 1) {  // the same in every lane: no divergence
+                            const float a = __shfl_sync(ALL_LANES, cur.val[r], src[u]);
+                            if ((mu[u] >> r) & 1) {
 #pragma unroll
-                            for (int e = 0; e < VW; ++e) acc[r][e] = fmaf(a, xu[u][e], acc[r][e]);
+                                for (int e = 0; e < VW; ++e) acc[r][e] = fmaf(a, xu[u][e], acc[r][e]);
+                            }
                         }
                     }
                 }
@@ -149,6 +211,13 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
         }
     }
 
+    if constexpr (SHARED) {
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) {
+#pragma unroll
+            for (int e = 0; e < VW; ++e) acc[r][e] = slot[r * 32 * VW + e];
+        }
+    }
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
 #pragma unroll

@@ -67,10 +67,11 @@ def test_small_matrices_match_scipy(case, rng):
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16, 32])
 @pytest.mark.parametrize("seg_vectors", [32, 256])
 def test_every_lane_layout_matches_scipy(lanes, seg_vectors, rng):
-    # lanes per vector x features per lane (16-byte loads at N = 64, single floats at N = 7)
+    # lanes per vector x features per lane (16-byte loads at N = 64 and 128, single floats at
+    # N = 7 and 97) x sums in registers (N <= 64) or in shared memory
     a = CASES["hub_1003x20011"](rng)
     f = gpu_format(a, 8)
-    for n in (7, 64):
+    for n in (7, 64, 97, 128):
         x = torch.randn(a.shape[1], n, device="cuda")
         poison_allocator(a.shape[0] * n)
         assert_fp32_exact(run(f, x, lanes=lanes, seg_vectors=seg_vectors), a, x)
@@ -79,7 +80,7 @@ def test_every_lane_layout_matches_scipy(lanes, seg_vectors, rng):
 def test_deterministic_with_split_windows(rng):
     a = CASES["hub_1003x20011"](rng)
     f = gpu_format(a, 8)
-    for n in (7, 64):  # the groups' butterfly and 16-byte loads
+    for n in (7, 64, 128):  # the groups' butterfly, 16-byte loads, sums in shared memory
         x = torch.randn(a.shape[1], n, device="cuda")
         assert torch.equal(run(f, x), run(f, x))
 

@@ -20,13 +20,15 @@ _IN_FLIGHT = 8  # gathers a lane keeps in flight (steps of a batch issued togeth
 # hetero_minesweeper 1.70x -> 1.49x) and lost on most graphs above 170k.
 _SHORT_SEGMENTS_BELOW = 150_000
 _SHORT_SEGMENT = 64
+_SHARED_SUMS_ABOVE = 64  # N above which the kernel sums in shared memory (the kernel file says why)
 
 
-def _kernel(features: int, lanes: int) -> str:
-    return f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, _IN_FLIGHT)}>"
+def _kernel(features: int, lanes: int, shared: bool) -> str:
+    return f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, _IN_FLIGHT)}, {str(shared).lower()}>"
 
 
-SOURCE = register("spmm_fp32.cu", [_kernel(vw, lanes) for vw in _FEATURES for lanes in _LANES])
+SOURCE = register("spmm_fp32.cu", [_kernel(vw, lanes, shared) for vw in _FEATURES for lanes in _LANES
+                                   for shared in (False, True)])
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -93,8 +95,10 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     n_tiles = -(-n // (lanes * features))
     warps = seg.n_segments * n_tiles
-    launch(SOURCE, _kernel(features, lanes), device, (-(-warps // _WARPS),), (32 * _WARPS,),
+    shared = n > _SHARED_SUMS_ABOVE
+    launch(SOURCE, _kernel(features, lanes, shared), device, (-(-warps // _WARPS),), (32 * _WARPS,),
            ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
-           seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n, n_tiles, ptr(x), ptr(y), ptr(workspace))
+           seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n, n_tiles, ptr(x), ptr(y), ptr(workspace),
+           shmem=_WARPS * 8 * 32 * features * 4 if shared else 0)
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y
