@@ -19,6 +19,28 @@ __device__ __forceinline__ i64 global_thread() {
 
 __device__ __forceinline__ i64 grid_stride() { return (i64)gridDim.x * blockDim.x; }
 
+// dst = src[0 .. VW) through the read-only path, one 16-byte load when VW = 4 (src aligned).
+template <int VW>
+__device__ __forceinline__ void load_features(float (&dst)[VW], const float* src) {
+    if constexpr (VW == 4) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(src));
+        dst[0] = t.x;
+        dst[1] = t.y;
+        dst[2] = t.z;
+        dst[3] = t.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) dst[e] = __ldg(src + e);
+    }
+}
+
+// The bitwise or of v over the warp (all lanes take part).
+__device__ __forceinline__ u32 warp_or(u32 v) {
+    u32 r;
+    asm volatile("redux.sync.or.b32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
 }  // namespace fg
 
 // ---------------------------------------------------------------------------------------------

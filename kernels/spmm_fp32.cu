@@ -37,20 +37,6 @@ namespace fg::spmm32 {
 constexpr unsigned ALL_LANES = 0xffffffffu;
 
 template <int VW>
-__device__ __forceinline__ void load_features(float (&dst)[VW], const float* src) {
-    if constexpr (VW == 4) {
-        const float4 t = __ldg(reinterpret_cast<const float4*>(src));
-        dst[0] = t.x;
-        dst[1] = t.y;
-        dst[2] = t.z;
-        dst[3] = t.w;
-    } else {
-#pragma unroll
-        for (int e = 0; e < VW; ++e) dst[e] = __ldg(src + e);
-    }
-}
-
-template <int VW>
 __device__ __forceinline__ void store_features(float* dst, const float (&src)[VW]) {
     if constexpr (VW == 4) {
         *reinterpret_cast<float4*>(dst) = make_float4(src[0], src[1], src[2], src[3]);
@@ -116,12 +102,6 @@ __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, c
     return v;
 }
 
-__device__ __forceinline__ u32 warp_or(u32 v) {
-    u32 r;
-    asm volatile("redux.sync.or.b32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
-    return r;
-}
-
 // Where row r of segment s goes: its partial-sum row in the workspace (a split window), else
 // its row of y; nullptr past the matrix's last row.
 __device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_rows, int n, float* y,
@@ -180,7 +160,7 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
                 if constexpr (SHARED) au[u] = __shfl_sync(ALL_LANES, cur.first, src[u]);
                 // unconditional: past the segment's end col is 0, a row of X that exists (the
                 // batch holds a vector), and a mask of 0 leaves the features unused
-                load_features<VW>(xu[u], x_lane + (i64)__shfl_sync(ALL_LANES, cur.col, src[u]) * n);
+                fg::load_features<VW>(xu[u], x_lane + (i64)__shfl_sync(ALL_LANES, cur.col, src[u]) * n);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -195,7 +175,7 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
                         }
                     }
                 } else {
-                    const u32 rows = GROUPS == 1 ? mu[u] : warp_or(mu[u]);  // rows any group needs
+                    const u32 rows = GROUPS == 1 ? mu[u] : fg::warp_or(mu[u]);  // rows any group needs
 #pragma unroll
                     for (int r = 0; r < WINDOW; ++r) {
                         if ((rows >> r) & 1) {  // the same in every lane: no divergence

@@ -82,7 +82,7 @@ def test_misaligned_inputs(precision):
     check_sddmm("square_61x61", precision, 64, dtype=torch.float16, offset=3)
 
 
-@pytest.mark.parametrize("precision,k_dim", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128)])
+@pytest.mark.parametrize("precision,k_dim", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128), ("fp32", 128)])
 @pytest.mark.parametrize("name", real_matrix_names())
 def test_real_matrices(name, precision, k_dim):
     check_sddmm(name, precision, k_dim)

@@ -11,7 +11,14 @@ from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
-SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")])
+_ROW_LANES = (16, 32)  # lanes per row of y in sddmm_fp32_rows (4 features each)
+# K (exclusive, inclusive) that takes sddmm_fp32_rows when K is a multiple of 4 and x and y are
+# 16-byte aligned. H100, 33 real and 2 generated graphs, geomean over sampled_addmm, lane per
+# vector -> rows (session 15): K = 64 2.32x -> 2.58x, K = 128 1.85x -> 2.27x (the 60M-nonzero
+# graph 0.66x -> 1.13x); K = 32 3.06x -> 3.01x, so narrower K keeps the lane per vector.
+_ROWS_KERNEL_K = (32, 4 * _ROW_LANES[-1])
+SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")]
+                       + [f"fg::sddmm32::sddmm_fp32_rows<{lanes}>" for lanes in _ROW_LANES])
 
 
 # Vectors per segment: the SDDMM splits no window, so short segments only add warps. 32 on
@@ -45,8 +52,12 @@ def sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k: int) -> torch.Tensor:
         return out
     kdim = xs.shape[1]
     vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
-    launch(SOURCE_FP32, f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>", x.device,
-           (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+    if vec and _ROWS_KERNEL_K[0] < kdim <= _ROWS_KERNEL_K[1] and xs.data_ptr() % 16 == 0:
+        lanes = next(lanes for lanes in _ROW_LANES if 4 * lanes >= kdim)
+        kernel = f"fg::sddmm32::sddmm_fp32_rows<{lanes}>"
+    else:
+        kernel = f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>"
+    launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
            xs.shape[0], kdim, k, ptr(xs), ptr(ys), ptr(out))
     return out
