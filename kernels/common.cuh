@@ -19,19 +19,31 @@ __device__ __forceinline__ i64 global_thread() {
 
 __device__ __forceinline__ i64 grid_stride() { return (i64)gridDim.x * blockDim.x; }
 
-// dst = src[0 .. VW) through the read-only path, one 16-byte load when VW = 4 (src aligned).
+// dst = src[0 .. VW) through the read-only path, in 16-byte loads when VW is a multiple of 4
+// (src then 16-byte aligned).
 template <int VW>
 __device__ __forceinline__ void load_features(float (&dst)[VW], const float* src) {
-    if constexpr (VW == 4) {
-        const float4 t = __ldg(reinterpret_cast<const float4*>(src));
-        dst[0] = t.x;
-        dst[1] = t.y;
-        dst[2] = t.z;
-        dst[3] = t.w;
+    if constexpr (VW % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < VW; q += 4) {
+            const float4 t = __ldg(reinterpret_cast<const float4*>(src + q));
+            dst[q] = t.x;
+            dst[q + 1] = t.y;
+            dst[q + 2] = t.z;
+            dst[q + 3] = t.w;
+        }
     } else {
 #pragma unroll
         for (int e = 0; e < VW; ++e) dst[e] = __ldg(src + e);
     }
+}
+
+// f rounded to tf32 (10 mantissa bits, nearest with ties away from zero), as raw bits: the
+// tensor cores' tf32 operand, and the CUDA-core kernels' tf32 inputs.
+__device__ __forceinline__ u32 float_to_tf32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
 }
 
 // The bitwise or of v over the warp (all lanes take part).

@@ -33,12 +33,6 @@ __device__ __forceinline__ u16 float_to_bf16(float f) {
     return b;
 }
 
-__device__ __forceinline__ u32 float_to_tf32(float f) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-    return r;
-}
-
 // Element types as the kernels see them: 16-bit storage is raw bits (u16).
 struct Half { typedef u16 T; };
 struct BFloat16 { typedef u16 T; };

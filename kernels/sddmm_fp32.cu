@@ -84,44 +84,56 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
     }
 }
 
-// The coalesced kernel, for K in 33..128 in 16-byte loads (the kernel above, a lane per vector,
+// tf32 on CUDA cores (ops/precision.py: inputs rounded to tf32, fp32 accumulation): products
+// of two tf32 values are exact in fp32, so x and y are rounded as they are read.
+template <int N>
+__device__ __forceinline__ void round_to_tf32(float (&v)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = __uint_as_float(fg::float_to_tf32(v[e]));
+}
+
+// The coalesced kernel, for K in 33..256 in 16-byte loads (the kernel above, a lane per vector,
 // reads y 16 bytes per lane and instruction, 32 rows per warp load: on graphs whose y does not
 // fit in L2 most of each DRAM sector is evicted before the next load uses it; the launcher,
 // flashgnn/_cuda/sddmm.py, has the measured split).
-// Lanes form 32 / L groups of L; a group reads one vector's row of y, 4 features per lane, so
-// a warp load reads 32 / L whole rows. Each lane holds its 4 features of the window's 8 rows
+// Lanes form 32 / L groups of L; a group reads one vector's row of y, VW features per lane, so
+// a warp load reads 32 / L whole rows. Each lane holds its VW features of the window's 8 rows
 // of x. Per step every group takes one vector of the batch (its column and mask shuffled from
 // the lane that loaded them), U steps of gathers in flight; for each row some group needs,
-// a lane forms its 4-feature partial dot product and the group adds its L partials by a
+// a lane forms its VW-feature partial dot product and the group adds its L partials by a
 // butterfly of shuffles (a fixed order: deterministic). Dot products go to a per-warp table of
 // the batch's 32 x 8 slots in shared memory, zeros included, which lane j then writes to
 // vector j's slots in the value layout.
-template <int L>
+template <int L, int VW, bool TF32>
 __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
         const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
         const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int n_rows,
         int kdim, int k, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out) {
-    constexpr int GROUPS = 32 / L, STEPS = L, U = L < 8 ? L : 8;
+    constexpr int GROUPS = 32 / L, STEPS = L, U = L < 32 / VW ? L : 32 / VW;  // 32 floats of y in flight
     __shared__ float results[WARPS][32 * WINDOW];  // [vector of the batch][row]
     const i64 seg = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31;
     const int group = lane / L;
-    const int f = (lane % L) * 4;
+    const int f = (lane % L) * VW;
     const bool inside = f < kdim;
     float* res = results[threadIdx.x >> 5];
     const i64 first = seg_first[seg];
     const int count = seg_count[seg];
     const i64 row0 = (i64)seg_window[seg] * WINDOW;
-    float xr[WINDOW][4];
+    float xr[WINDOW][VW];
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
         if (inside && row0 + r < n_rows) {
-            fg::load_features<4>(xr[r], x + (row0 + r) * kdim + f);
+            fg::load_features<VW>(xr[r], x + (row0 + r) * kdim + f);
         } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) xr[r][e] = 0.f;
+            for (int e = 0; e < VW; ++e) xr[r][e] = 0.f;
         }
+    }
+    if constexpr (TF32) {
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) round_to_tf32(xr[r]);
     }
     const float* y_lane = y + (inside ? f : 0);  // lanes past K gather features they never use
     for (int j0 = 0; j0 < count; j0 += 32) {
@@ -136,12 +148,13 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
         for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
             int src[U];
             u32 mu[U];
-            float yu[U][4];
+            float yu[U][VW];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 src[u] = (t0 + u) * GROUPS + group;
                 mu[u] = __shfl_sync(ALL_LANES, mask, src[u]);
-                fg::load_features<4>(yu[u], y_lane + (i64)__shfl_sync(ALL_LANES, col, src[u]) * kdim);
+                fg::load_features<VW>(yu[u], y_lane + (i64)__shfl_sync(ALL_LANES, col, src[u]) * kdim);
+                if constexpr (TF32) round_to_tf32(yu[u]);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -152,7 +165,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
                         float p = 0.f;
                         if (inside) {
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) p = fmaf(xr[r][e], yu[u][e], p);
+                            for (int e = 0; e < VW; ++e) p = fmaf(xr[r][e], yu[u][e], p);
                         }
 #pragma unroll
                         for (int offset = 1; offset < L; offset <<= 1) p += __shfl_xor_sync(ALL_LANES, p, offset);

@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from flashgnn._cuda import sddmm as cuda_sddmm
 from flashgnn.ops import sddmm
 from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, csr_rows, default_k, dense,
                                  in_both_segment_orders, matrix, mebcrs, real_matrix_names, run_twice_poisoned)
@@ -123,6 +124,20 @@ def test_gradients_match_cpu_and_float64(precision):
     s = sp.csr_matrix((grad_out[perm].double().numpy(), m.indices, m.indptr), shape=m.shape)
     assert rel_err(dx_gpu, s @ y.double().numpy()) <= BOUND[precision]
     assert rel_err(dy_gpu, s.T @ x.double().numpy()) <= BOUND[precision]
+
+
+@pytest.mark.parametrize("name", [HUB, "square_61x61"] + real_matrix_names()[:2])
+def test_tf32_on_cuda_cores_matches_cpu_emulation(name):
+    # K above TF32_ON_CUDA_CORES_ABOVE: tf32 runs on CUDA cores, inputs rounded as read
+    n_rows, n_cols = matrix(name).shape
+    k_dim = cuda_sddmm.TF32_ON_CUDA_CORES_ABOVE + 128
+    x, y = dense(n_rows, k_dim, name, "tf32 x"), dense(n_cols, k_dim, name, "tf32 y")
+    x_dev, y_dev = x.to(DEVICE), y.to(DEVICE)
+    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev)
+    gpu = sddmm(mebcrs(name, 4, DEVICE), x_dev, y_dev, "tf32")
+    cpu = sddmm(mebcrs(name, 4, "cpu"), x, y, "tf32")
+    assert rel_err(gpu, cpu) <= EMULATION_BOUND
+    assert rel_err(gpu[mebcrs(name, 4, DEVICE).perm], reference(name, x, y)) <= BOUND["tf32"]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])

@@ -1,5 +1,5 @@
 """Launchers of the SDDMM kernels: tensor cores (kernels/sddmm.cu) for fp16, bf16 and tf32, CUDA
-cores (kernels/sddmm_fp32.cu) for the exact fp32 path."""
+cores (kernels/sddmm_fp32.cu) for the exact fp32 path and for tf32 at large K."""
 from __future__ import annotations
 
 import torch
@@ -11,14 +11,20 @@ from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
-_ROW_LANES = (16, 32)  # lanes per row of y in sddmm_fp32_rows (4 features each)
+# (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features
+_ROW_LAYOUTS = ((16, 4), (32, 4), (32, 8))
 # K (exclusive, inclusive) that takes sddmm_fp32_rows when K is a multiple of 4 and x and y are
 # 16-byte aligned. H100, 33 real and 2 generated graphs, geomean over sampled_addmm, lane per
 # vector -> rows (session 15): K = 64 2.32x -> 2.58x, K = 128 1.85x -> 2.27x (the 60M-nonzero
 # graph 0.66x -> 1.13x); K = 32 3.06x -> 3.01x, so narrower K keeps the lane per vector.
-_ROWS_KERNEL_K = (32, 4 * _ROW_LANES[-1])
+_ROWS_KERNEL_K = (32, 256)
+# tf32 from this K on takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor
+# cores: at K = 256 2.65x against 1.90x (the same 35 graphs, the tensor cores ahead on 5 by up
+# to 7%); at K = 128 2.26x against 2.32x.
+TF32_ON_CUDA_CORES_ABOVE = 128
 SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")]
-                       + [f"fg::sddmm32::sddmm_fp32_rows<{lanes}>" for lanes in _ROW_LANES])
+                       + [f"fg::sddmm32::sddmm_fp32_rows<{lanes}, {vw}, {tf32}>" for lanes, vw in _ROW_LAYOUTS
+                          for tf32 in ("false", "true")])
 
 
 # Vectors per segment: the SDDMM splits no window, so short segments only add warps. 32 on
@@ -44,19 +50,37 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     return out
 
 
-def sddmm_fp32(row_ptr, col_idx, vec_mask, x, y, k: int) -> torch.Tensor:
-    """(x @ y^T) on A's pattern in fp32 on CUDA cores, in A's value layout [8 * n_vectors].
-    x [n_rows, K], y [n_cols, K] float16/bfloat16/float32 (widened to float32)."""
+def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:
+    """Whether sddmm_fp32_rows takes these fp32 operands: K in its range, a multiple of 4,
+    x and y 16-byte aligned."""
+    kdim = xs.shape[1]
+    return (_ROWS_KERNEL_K[0] < kdim <= _ROWS_KERNEL_K[1] and kdim % 4 == 0
+            and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0)
+
+
+def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether a tf32 SDDMM of x and y runs on CUDA cores (sddmm_cuda_cores) rather than on
+    tensor cores. Reads only shapes and addresses; fp32 operands as they are stored."""
+    return (x.shape[1] > TF32_ON_CUDA_CORES_ABOVE and x.dtype == y.dtype == torch.float32
+            and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y))
+
+
+def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32") -> torch.Tensor:
+    """(x @ y^T) on A's pattern on CUDA cores, in A's value layout [8 * n_vectors], fp32.
+    x [n_rows, K], y [n_cols, K] float16/bfloat16/float32 (widened to float32). precision
+    "fp32" (exact), or "tf32" when ``tf32_on_cuda_cores``: inputs rounded to tf32 as read."""
     xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, torch.float32)
     if seg is None:
         return out
     kdim = xs.shape[1]
-    vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
-    if vec and _ROWS_KERNEL_K[0] < kdim <= _ROWS_KERNEL_K[1] and xs.data_ptr() % 16 == 0:
-        lanes = next(lanes for lanes in _ROW_LANES if 4 * lanes >= kdim)
-        kernel = f"fg::sddmm32::sddmm_fp32_rows<{lanes}>"
-    else:
+    if _rows_kernel(xs, ys):
+        lanes, vw = next((lanes, vw) for lanes, vw in _ROW_LAYOUTS if lanes * vw >= kdim)
+        kernel = f"fg::sddmm32::sddmm_fp32_rows<{lanes}, {vw}, {str(precision == 'tf32').lower()}>"
+    elif precision == "fp32":
+        vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
         kernel = f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>"
+    else:
+        raise ValueError("sddmm_cuda_cores: tf32 needs operands tf32_on_cuda_cores accepts")
     launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
            xs.shape[0], kdim, k, ptr(xs), ptr(ys), ptr(out))
