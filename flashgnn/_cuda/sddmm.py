@@ -69,6 +69,8 @@ def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = 
     """(x @ y^T) on A's pattern on CUDA cores, in A's value layout [8 * n_vectors], fp32.
     x [n_rows, K], y [n_cols, K] float16/bfloat16/float32 (widened to float32). precision
     "fp32" (exact), or "tf32" when ``tf32_on_cuda_cores``: inputs rounded to tf32 as read."""
+    if precision not in ("fp32", "tf32"):
+        raise ValueError(f"sddmm_cuda_cores: precision must be fp32 or tf32, got {precision!r}")
     xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, torch.float32)
     if seg is None:
         return out
@@ -76,11 +78,11 @@ def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = 
     if _rows_kernel(xs, ys):
         lanes, vw = next((lanes, vw) for lanes, vw in _ROW_LAYOUTS if lanes * vw >= kdim)
         kernel = f"fg::sddmm32::sddmm_fp32_rows<{lanes}, {vw}, {str(precision == 'tf32').lower()}>"
-    elif precision == "fp32":
+    elif precision == "tf32":
+        raise ValueError("sddmm_cuda_cores: tf32 takes only operands that tf32_on_cuda_cores accepts")
+    else:
         vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
         kernel = f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>"
-    else:
-        raise ValueError("sddmm_cuda_cores: tf32 needs operands tf32_on_cuda_cores accepts")
     launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
            xs.shape[0], kdim, k, ptr(xs), ptr(ys), ptr(out))
