@@ -38,14 +38,6 @@ __device__ __forceinline__ void load_features(float (&dst)[VW], const float* src
     }
 }
 
-// f rounded to tf32 (10 mantissa bits, nearest with ties away from zero), as raw bits: the
-// tensor cores' tf32 operand, and the CUDA-core kernels' tf32 inputs.
-__device__ __forceinline__ u32 float_to_tf32(float f) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-    return r;
-}
-
 // The bitwise or of v over the warp (all lanes take part).
 __device__ __forceinline__ u32 warp_or(u32 v) {
     u32 r;

@@ -33,6 +33,14 @@ __device__ __forceinline__ u16 float_to_bf16(float f) {
     return b;
 }
 
+// f rounded to tf32 (10 mantissa bits, nearest with ties away from zero), as raw bits: the
+// tensor cores' tf32 operand, and the tf32 inputs of the CUDA-core SDDMM.
+__device__ __forceinline__ u32 float_to_tf32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
 // Element types as the kernels see them: 16-bit storage is raw bits (u16).
 struct Half { typedef u16 T; };
 struct BFloat16 { typedef u16 T; };

@@ -7,7 +7,7 @@
 // lane reads the same x word: a broadcast). Only the rows whose vec_mask bit is set are
 // multiplied; the products of a row accumulate in fp32 in feature order, as a dot product
 // does. With K a multiple of 4 and 16-byte aligned rows, y is read in 16-byte loads.
-#include "common.cuh"
+#include "mma.cuh"  // float_to_tf32
 
 namespace fg::sddmm32 {
 
