@@ -133,11 +133,12 @@ def test_tf32_on_cuda_cores_matches_cpu_emulation(name):
     k_dim = cuda_sddmm.TF32_ON_CUDA_CORES_ABOVE + 128
     x, y = dense(n_rows, k_dim, name, "tf32 x"), dense(n_cols, k_dim, name, "tf32 y")
     x_dev, y_dev = x.to(DEVICE), y.to(DEVICE)
-    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev)
-    gpu = sddmm(mebcrs(name, 4, DEVICE), x_dev, y_dev, "tf32")
+    fmt = mebcrs(name, 4, DEVICE)
+    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev, fmt.n_vectors, fmt.n_windows)
+    gpu = sddmm(fmt, x_dev, y_dev, "tf32")
     cpu = sddmm(mebcrs(name, 4, "cpu"), x, y, "tf32")
     assert rel_err(gpu, cpu) <= EMULATION_BOUND
-    assert rel_err(gpu[mebcrs(name, 4, DEVICE).perm], reference(name, x, y)) <= BOUND["tf32"]
+    assert rel_err(gpu[fmt.perm], reference(name, x, y)) <= BOUND["tf32"]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])

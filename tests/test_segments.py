@@ -134,6 +134,37 @@ def test_spmm_work_split_is_launchable_and_keeps_large_graphs_in_one_run():
                 assert (seg, ways) == (256, 1)
 
 
+def test_fp32_spmm_work_split_covers_n_with_the_fewest_lanes():
+    """Lanes x features cover N (at most a warp, then feature tiles); graphs of few vectors
+    get 64-vector segments and at most 16 lanes, larger ones segments_for's default."""
+    from flashgnn._cuda.spmm_fp32 import work_split
+
+    assert work_split(32, 10**6, 4) == (None, 8)
+    assert work_split(256, 10**6, 4) == (None, 32)
+    assert work_split(7, 10**6, 1) == (None, 8)
+    assert work_split(1, 10**6, 1) == (None, 1)
+    assert work_split(33, 10**6, 1) == (None, 32)  # two tiles of 32
+    assert work_split(128, 10**4, 4) == (64, 16)
+    assert work_split(16, 10**4, 4) == (64, 4)
+
+
+def test_tf32_sddmm_on_cuda_cores_from_k_above_128_or_above_32_on_large_short_window_graphs():
+    from flashgnn._cuda.sddmm import tf32_on_cuda_cores
+
+    def on_cores(k_dim, n_vectors, n_windows, dtype=torch.float32, offset=0):
+        x = torch.zeros(8 * k_dim + offset, dtype=dtype)[offset:].view(8, k_dim)
+        return tf32_on_cuda_cores(x, x, n_vectors, n_windows)
+
+    assert on_cores(256, 1000, 100) and on_cores(132, 1000, 100)
+    assert not on_cores(128, 1000, 100) and not on_cores(64, 1000, 100)
+    assert on_cores(64, 2**20, 2**14) and on_cores(36, 2**20, 2**14)  # 64 vectors a window
+    assert not on_cores(32, 2**20, 2**14)
+    assert not on_cores(128, 2**20, 2**10)  # 1024 a window: column-ordered segments
+    assert not on_cores(256 + 4, 1000, 100)  # beyond the rows kernel
+    assert not on_cores(256, 1000, 100, dtype=torch.float16)
+    assert not on_cores(134, 1000, 100) and not on_cores(256, 1000, 100, offset=1)  # 16-byte loads
+
+
 def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
     from flashgnn import MEBCRS
     from flashgnn._cuda.spmm import spmm_tensor_core

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .runtime import launch, operand, ptr
-from .segments import default_seg_vectors, segments_for
+from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
 from .spmm import STORAGE, WARPS_PER_BLOCK
 
@@ -18,10 +18,19 @@ _ROW_LAYOUTS = ((16, 4), (32, 4), (32, 8))
 # vector -> rows (session 15): K = 64 2.32x -> 2.58x, K = 128 1.85x -> 2.27x (the 60M-nonzero
 # graph 0.66x -> 1.13x); K = 32 3.06x -> 3.01x, so narrower K keeps the lane per vector.
 _ROWS_KERNEL_K = (32, 256)
-# tf32 from this K on takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor
-# cores: at K = 256 2.65x against 1.90x (the same 35 graphs, the tensor cores ahead on 5 by up
-# to 7%); at K = 128 2.26x against 2.32x.
+# tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores above
+# TF32_ON_CUDA_CORES_ABOVE, and above TF32_LARGE_ON_CUDA_CORES_ABOVE on graphs of at least
+# TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is far
+# larger than L2 and each window's rows are few, so the tensor cores' gather, 16 bytes of 4
+# rows per quarter-warp, wastes most DRAM sectors while the rows kernel reads whole rows.
+# Geomean over sampled_addmm (same 35 graphs; session 15), tensor cores -> rows: K = 256 1.90x
+# -> 2.65x (tensor cores ahead on 5 graphs by up to 7%), K = 128 2.32x -> 2.26x; on the
+# 60M-nonzero graph (200 vectors a window) 0.84x / 0.74x / 0.70x -> 1.16x / 1.13x / 1.14x at
+# K = 64 / 128 / 256, on the 85M one (2900 a window, column-ordered) 1.28x / 1.48x -> 0.86x /
+# 1.04x at K = 64 / 128.
 TF32_ON_CUDA_CORES_ABOVE = 128
+TF32_LARGE_ON_CUDA_CORES_ABOVE = 32
+TF32_LARGE_VECTORS = 1 << 20
 SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")]
                        + [f"fg::sddmm32::sddmm_fp32_rows<{lanes}, {vw}, {tf32}>" for lanes, vw in _ROW_LAYOUTS
                           for tf32 in ("false", "true")])
@@ -58,11 +67,15 @@ def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:
             and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0)
 
 
-def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether a tf32 SDDMM of x and y runs on CUDA cores (sddmm_cuda_cores) rather than on
-    tensor cores. Reads only shapes and addresses; fp32 operands as they are stored."""
-    return (x.shape[1] > TF32_ON_CUDA_CORES_ABOVE and x.dtype == y.dtype == torch.float32
-            and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y))
+def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, n_vectors: int, n_windows: int) -> bool:
+    """Whether a tf32 SDDMM of x and y on a pattern of ``n_vectors`` vectors in ``n_windows``
+    windows runs on CUDA cores (sddmm_cuda_cores) rather than on tensor cores. Reads only
+    shapes and addresses; fp32 operands as they are stored."""
+    kdim = x.shape[1]
+    large = n_vectors >= TF32_LARGE_VECTORS and not column_ordered(n_vectors, n_windows)
+    if kdim <= (TF32_LARGE_ON_CUDA_CORES_ABOVE if large else TF32_ON_CUDA_CORES_ABOVE):
+        return False
+    return x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)
 
 
 def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32") -> torch.Tensor:
