@@ -102,7 +102,7 @@ __device__ __forceinline__ void round_to_tf32(float (&v)[N]) {
 // the lane that loaded them), U steps of gathers in flight; for each row some group needs,
 // a lane forms its VW-feature partial dot product and the group adds its L partials by a
 // butterfly of shuffles (a fixed order: deterministic). Dot products go to a per-warp table of
-// the batch's 32 x 8 slots in shared memory, zeros included, which lane j then writes to
+// the batch's 8 x 32 slots in shared memory, zeros included, which lane j then writes to
 // vector j's slots in the value layout.
 template <int L, int VW, bool TF32>
 __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
         const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int n_rows,
         int kdim, int k, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out) {
     constexpr int GROUPS = 32 / L, STEPS = L, U = L < 32 / VW ? L : 32 / VW;  // 32 floats of y in flight
-    __shared__ float results[WARPS][32 * WINDOW];  // [vector of the batch][row]
+    __shared__ float results[WARPS][WINDOW * 32];  // [row][vector of the batch]: lanes hit distinct banks
     const i64 seg = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
         const int col = active ? col_idx[first + j] : 0;  // col 0 past the end: a row that exists
         const u32 mask = active ? vec_mask[first + j] : 0u;
 #pragma unroll
-        for (int r = 0; r < WINDOW; ++r) res[lane * WINDOW + r] = 0.f;
+        for (int r = 0; r < WINDOW; ++r) res[r * 32 + lane] = 0.f;
         __syncwarp();
         const int steps = (min(32, count - j0) + GROUPS - 1) / GROUPS;  // the same in every lane
         for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
                         }
 #pragma unroll
                         for (int offset = 1; offset < L; offset <<= 1) p += __shfl_xor_sync(ALL_LANES, p, offset);
-                        if (lane % L == 0 && ((mu[u] >> r) & 1)) res[src[u] * WINDOW + r] = p;
+                        if (lane % L == 0 && ((mu[u] >> r) & 1)) res[r * 32 + src[u]] = p;
                     }
                 }
             }
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
             const int kb = min(k, count - b0);
             float* dst = out + WINDOW * (first + b0) + (j - b0);
 #pragma unroll
-            for (int r = 0; r < WINDOW; ++r) dst[r * kb] = res[lane * WINDOW + r];
+            for (int r = 0; r < WINDOW; ++r) dst[r * kb] = res[r * 32 + lane];
         }
         __syncwarp();
     }
