@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ._cuda.pattern_nnz import remember_nnz
 from .tensor_cache import built_for_reuse
 
 WINDOW = 8
@@ -192,6 +193,9 @@ class MEBCRS(WindowedFormat):
     # (indptr, indices) of the CSR that perm's order refers to, when the builder's caller keeps
     # it anyway (a Graph): A^T is then built from it instead of decoding the format
     _csr: "tuple[torch.Tensor, torch.Tensor] | None" = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        remember_nnz(self.vec_mask, self.nnz)  # for launch rules given only the arrays
 
     @property
     def n_vectors(self) -> int:

@@ -16,10 +16,11 @@
 // lane VW consecutive features (16-byte loads when VW = 4), so a tile is L * VW features and
 // a warp gathers 32 / L rows at once: narrow X (N = 32 takes L = 8) keeps the whole warp
 // loading. The warp walks its segment in batches of 32 vectors: lane j loads vector j's
-// column, mask and real values (coalesced; the next batch's are loaded while this one is
-// used), then in each step every group takes one vector of the batch by shuffles and gathers
-// its row; U steps are issued before their products are summed, so a lane keeps U gathers in
-// flight. A lane sums its vectors' products per window row, in one of two places (SHARED):
+// column, mask and real values (coalesced; with PREFETCH the next batch's are loaded while
+// this one is used), then in each step every group takes one vector of the batch by shuffles
+// and gathers its row; U steps are issued before their products are summed, so a lane keeps U gathers in
+// flight (8, or 4 where the registers saved raise occupancy). A lane sums its vectors'
+// products per window row, in one of two places (SHARED):
 // - registers, acc[row][feature]: registers cannot be indexed at run time, so every vector
 //   tests the eight rows (one test per row for the warp, the values shuffled from the batch).
 // - shared memory, a slot per (row, lane): a product goes straight to its row's slot, one
@@ -28,6 +29,11 @@
 //   0.83x in registers, 1.01x / 0.98x in shared memory), while narrow X, whose lane groups
 //   each loop over their own vector's rows, runs faster in registers (1.47x against 1.40x at
 //   N = 32).
+// Graphs whose vectors hold several nonzeros (1.15-2.1 per vector on hetero_chameleon,
+// snap_email_enron, the squirrels, hetero_minesweeper) run fastest in registers with 4 gathers in
+// flight and no prefetch (PREFETCH = false): the ladder's tests then mostly find a nonzero, and
+// the fewer registers let more warps hide the gathers of an X small enough to stay in L1. The
+// launcher (flashgnn/_cuda/spmm_fp32.py, kernel_variant) picks the variant per graph and N.
 // The groups' sums are then added by a butterfly of shuffles, in a fixed order
 // (deterministic).
 #include "common.cuh"
@@ -112,10 +118,11 @@ __device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_r
 }
 
 // VW features per lane, L lanes per vector (a power of two), U steps in flight (dividing L),
-// sums in registers or (SHARED) in dynamic shared memory of WINDOW * 32 * VW floats per warp.
-// With VW = 4, N is a multiple of 4 and x is 16-byte aligned (the launcher checks), so a
-// lane's features are either wholly inside N or wholly outside.
-template <int VW, int L, int U, bool SHARED>
+// sums in registers or (SHARED) in dynamic shared memory of WINDOW * 32 * VW floats per warp;
+// PREFETCH: the next batch's vectors are loaded while this one is summed. With VW = 4, N is a
+// multiple of 4 and x is 16-byte aligned (the launcher checks), so a lane's features are
+// either wholly inside N or wholly outside.
+template <int VW, int L, int U, bool SHARED, bool PREFETCH>
 __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict__ col_idx,
                           const u8* __restrict__ vec_mask, const float* __restrict__ values,
                           const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
@@ -143,10 +150,16 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
 #pragma unroll
         for (int r = 0; r < WINDOW; ++r) store_features<VW>(slot + r * 32 * VW, acc[r]);
     }
-    Vector next = load_vector(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
+    Vector next;
+    if constexpr (PREFETCH) next = load_vector(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
     for (int j0 = s.begin; j0 < s.end; j0 += 32) {
-        const Vector cur = next;
-        if (j0 + 32 < s.end) next = load_vector(col_idx, vec_mask, values, s, j0 + 32 + lane, k_log2);
+        Vector cur;
+        if constexpr (PREFETCH) {
+            cur = next;
+            if (j0 + 32 < s.end) next = load_vector(col_idx, vec_mask, values, s, j0 + 32 + lane, k_log2);
+        } else {
+            cur = load_vector(col_idx, vec_mask, values, s, j0 + lane, k_log2);
+        }
         const int steps = (min(32, s.end - j0) + GROUPS - 1) / GROUPS;  // the same in every lane
         for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
             int src[U];

@@ -148,6 +148,38 @@ def test_fp32_spmm_work_split_covers_n_with_the_fewest_lanes():
     assert work_split(16, 10**4, 4) == (64, 4)
 
 
+def test_fp32_spmm_variant_by_nonzeros_per_vector_size_and_n():
+    """Vectors of several nonzeros sum in registers (DENSE), the threshold rising with N; else
+    shared sums above N = 64 (4 gathers in flight at N > 128 on graphs of 50k+ vectors) and
+    registers below, but for large graphs of about one nonzero per vector and a large X."""
+    from flashgnn._cuda.spmm_fp32 import DENSE, REGISTERS, SHARED, SHARED_FEWER_IN_FLIGHT, kernel_variant
+
+    squirrel = dict(n_vectors=302_560, nnz=396_706, n_cols=5201)  # 1.31 per vector
+    chameleon = dict(n_vectors=54_116, nnz=62_742, n_cols=2277)  # 1.16
+    github = dict(n_vectors=559_589, nnz=578_006, n_cols=37_700)  # 1.03
+    government = dict(n_vectors=172_474, nnz=178_858, n_cols=7057)  # 1.04, X of few rows
+    tiny = dict(n_vectors=466, nnz=554, n_cols=183)  # 1.19
+    assert [kernel_variant(n, **squirrel) for n in (32, 128, 256)] == [DENSE] * 3
+    assert [kernel_variant(n, **chameleon) for n in (32, 128, 256)] == [REGISTERS, DENSE, SHARED_FEWER_IN_FLIGHT]
+    assert [kernel_variant(n, **github) for n in (32, 128, 256)] == [SHARED_FEWER_IN_FLIGHT, SHARED,
+                                                                     SHARED_FEWER_IN_FLIGHT]
+    assert kernel_variant(32, **government) == REGISTERS
+    assert kernel_variant(128, 2**20, 2**20, 2**20) == SHARED_FEWER_IN_FLIGHT
+    assert [kernel_variant(n, **tiny) for n in (32, 128, 256)] == [REGISTERS, SHARED, SHARED]
+    assert kernel_variant(128, 0, 0, 0) == SHARED and kernel_variant(1, 0, 0, 0) == REGISTERS
+
+
+def test_pattern_nnz_is_remembered_by_formats_and_counted_otherwise():
+    from flashgnn._cuda.pattern_nnz import pattern_nnz
+
+    rng = np.random.default_rng(0)
+    a = sp.random(50, 40, density=0.2, format="csr", random_state=rng)
+    f = MEBCRS.from_csr(a.indptr, a.indices, torch.from_numpy(a.data).float(), n_cols=40)
+    assert pattern_nnz(f.vec_mask) == a.nnz
+    assert pattern_nnz(f.vec_mask.clone()) == a.nnz  # not remembered: the mask's bits counted
+    assert pattern_nnz(torch.tensor([0, 255, 1, 6], dtype=torch.uint8)) == 11
+
+
 def test_tf32_sddmm_on_cuda_cores_from_k_above_128_or_above_32_on_large_short_window_graphs():
     from flashgnn._cuda.sddmm import tf32_on_cuda_cores
 

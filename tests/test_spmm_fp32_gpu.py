@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn._cuda.spmm_fp32 import spmm_fp32
+from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32
 from flashgnn.format import MEBCRS
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
@@ -64,17 +64,19 @@ def test_small_matrices_match_scipy(case, rng):
         assert_fp32_exact(run(f, x), a, x)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16, 32])
 @pytest.mark.parametrize("seg_vectors", [32, 256])
-def test_every_lane_layout_matches_scipy(lanes, seg_vectors, rng):
+def test_every_lane_layout_matches_scipy(lanes, seg_vectors, variant, rng):
     # lanes per vector x features per lane (16-byte loads at N = 64 and 128, single floats at
-    # N = 7 and 97) x sums in registers (N <= 64) or in shared memory
+    # N = 7 and 97) x every variant (sums in registers or shared memory, gathers in flight,
+    # the next batch prefetched or not)
     a = CASES["hub_1003x20011"](rng)
     f = gpu_format(a, 8)
     for n in (7, 64, 97, 128):
         x = torch.randn(a.shape[1], n, device="cuda")
         poison_allocator(a.shape[0] * n)
-        assert_fp32_exact(run(f, x, lanes=lanes, seg_vectors=seg_vectors), a, x)
+        assert_fp32_exact(run(f, x, lanes=lanes, seg_vectors=seg_vectors, variant=variant), a, x)
 
 
 def test_deterministic_with_split_windows(rng):

@@ -2,16 +2,18 @@
 path of ``precision="fp32"``. The kernel file says why it gathers through ME-BCRS, not CSR."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from . import spmm as tensor_core_spmm
+from .pattern_nnz import pattern_nnz
 from .runtime import launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
 _FEATURES = (1, 4)  # per lane and load: 4 (16-byte loads) when N and x allow it
 _LANES = (1, 2, 4, 8, 16, 32)  # per vector: a power of two
-_IN_FLIGHT = 8  # gathers a lane keeps in flight (steps of a batch issued together), at most
 # Graphs of fewer vectors take 64-vector segments and at most 16 lanes per vector (4 warps a
 # segment at N = 256), so their few windows still spread over the GPU; larger graphs keep
 # segments_for's default (128-256) and lanes covering N. From a sweep of segment length x
@@ -20,15 +22,61 @@ _IN_FLIGHT = 8  # gathers a lane keeps in flight (steps of a batch issued togeth
 # hetero_minesweeper 1.70x -> 1.49x) and lost on most graphs above 170k.
 _SHORT_SEGMENTS_BELOW = 150_000
 _SHORT_SEGMENT = 64
+
+
+class Variant(NamedTuple):
+    """Template choices of the kernel besides the lane layout (kernels/spmm_fp32.cu)."""
+    in_flight: int  # gathers a lane keeps in flight, at most (steps of a batch issued together)
+    shared: bool    # sums in shared memory, else in registers
+    prefetch: bool  # the next batch's vectors loaded while this one is summed
+
+
+REGISTERS = Variant(8, False, True)
+SHARED = Variant(8, True, True)
+SHARED_FEWER_IN_FLIGHT = Variant(4, True, True)
+# Vectors of several nonzeros: the register ladder over the 8 rows does useful work, where the
+# shared sums read a vector's second and later values from memory in the dependent chain.
+DENSE = Variant(4, False, False)
+VARIANTS = (REGISTERS, SHARED, SHARED_FEWER_IN_FLIGHT, DENSE)
+
+# DENSE from these nonzeros per vector (and vectors), by N: (N at most, vectors, nonzeros per
+# vector); the wider the rows, the more of the ladder's rows must hold a nonzero to pay.
+_DENSE_FROM = ((64, 250_000, 1.07), (128, 10_000, 1.15), (None, 10_000, 1.3))
 _SHARED_SUMS_ABOVE = 64  # N above which the kernel sums in shared memory (the kernel file says why)
+# N <= 64 sums in shared memory too on large graphs of about one nonzero per vector whose X
+# is too large for L1 (from this many vectors and rows of X, below this many nonzeros per vector)
+_NARROW_SHARED_FROM = (100_000, 10_000, 1.05)
+# Shared sums keep 4 gathers in flight above N = 128 on graphs of 50k+ vectors, and at any N on
+# graphs of 1M+ vectors (the generated ones: powerlaw_reddit at N = 128 1.62x -> 1.73x)
+_FEWER_IN_FLIGHT_ABOVE = (128, 50_000)
+_FEWER_IN_FLIGHT_FROM = 1 << 20
 
 
-def _kernel(features: int, lanes: int, shared: bool) -> str:
-    return f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, _IN_FLIGHT)}, {str(shared).lower()}>"
+def kernel_variant(n: int, n_vectors: int, nnz: int, n_cols: int) -> Variant:
+    """The kernel variant for N = n on a pattern of n_vectors vectors, nnz nonzeros and
+    n_cols columns (X's rows). From an H100 A/B of the variants on the 33 real graphs at
+    N = 32, 128, 256 (session 16; BENCHMARKS.md): geomean over cuSPARSE 1.47x -> 1.55x,
+    1.01x -> 1.07x, 0.98x -> 1.02x against SHARED above N = 64 and REGISTERS below."""
+    per_vector = nnz / max(n_vectors, 1)
+    _, least_vectors, least_per_vector = next(row for row in _DENSE_FROM if row[0] is None or n <= row[0])
+    if n_vectors >= least_vectors and per_vector >= least_per_vector:
+        return DENSE
+    if n > _SHARED_SUMS_ABOVE:
+        above, vectors = _FEWER_IN_FLIGHT_ABOVE
+        fewer = n > above and n_vectors >= vectors or n_vectors >= _FEWER_IN_FLIGHT_FROM
+        return SHARED_FEWER_IN_FLIGHT if fewer else SHARED
+    vectors, cols, below = _NARROW_SHARED_FROM
+    if n_vectors >= vectors and n_cols >= cols and per_vector < below:
+        return SHARED_FEWER_IN_FLIGHT
+    return REGISTERS
 
 
-SOURCE = register("spmm_fp32.cu", [_kernel(vw, lanes, shared) for vw in _FEATURES for lanes in _LANES
-                                   for shared in (False, True)])
+def _kernel(features: int, lanes: int, variant: Variant) -> str:
+    return (f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, variant.in_flight)}, "
+            f"{str(variant.shared).lower()}, {str(variant.prefetch).lower()}>")
+
+
+SOURCE = register("spmm_fp32.cu", [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS])
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -50,15 +98,15 @@ def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
 
 def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, values: torch.Tensor,
               x: torch.Tensor, n_rows: int, k: int, *, seg_vectors: int | None = None,
-              lanes: int | None = None) -> torch.Tensor:
+              lanes: int | None = None, variant: Variant | None = None) -> torch.Tensor:
     """Y = A @ X in fp32 on the GPU, for A in ME-BCRS.
 
     row_ptr int64 [n_windows + 1], col_idx int32 [n_vectors], vec_mask uint8 [n_vectors],
     values [8 * n_vectors] (block width ``k``), x [n_cols, N]; values and x float32, or
     float16/bfloat16 (widened to float32 first; float64 belongs to the reference). Returns
     float32 [n_rows, N]. Deterministic: split windows are summed in a fixed order.
-    ``seg_vectors`` (a power of two, 32 to 256) and ``lanes`` (per vector, a power of two)
-    override the defaults.
+    ``seg_vectors`` (a power of two, 32 to 256), ``lanes`` (per vector, a power of two) and
+    ``variant`` (one of VARIANTS) override the defaults.
     """
     if k not in (8, 4):
         raise ValueError(f"k must be 8 or 4, got {k}")
@@ -95,10 +143,12 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     n_tiles = -(-n // (lanes * features))
     warps = seg.n_segments * n_tiles
-    shared = n > _SHARED_SUMS_ABOVE
-    launch(SOURCE, _kernel(features, lanes, shared), device, (-(-warps // _WARPS),), (32 * _WARPS,),
+    variant = variant or kernel_variant(n, col_idx.numel(), pattern_nnz(vec_mask), x.shape[0])
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant}")
+    launch(SOURCE, _kernel(features, lanes, variant), device, (-(-warps // _WARPS),), (32 * _WARPS,),
            ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
            seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n, n_tiles, ptr(x), ptr(y), ptr(workspace),
-           shmem=_WARPS * 8 * 32 * features * 4 if shared else 0)
+           shmem=_WARPS * 8 * 32 * features * 4 if variant.shared else 0)
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y
