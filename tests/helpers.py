@@ -132,6 +132,6 @@ def host_syncs(fn) -> int:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    # "called a synchronizing CUDA operation"; not the once-per-process note that the debug
-    # mode is a prototype, which made the first call in a process count one
-    return sum("synchronizing" in str(w.message) for w in caught)
+    # not the once-per-process note that the debug mode "does not yet detect all synchronizing
+    # operations", which made the first call in a process count one
+    return sum("called a synchronizing CUDA operation" in str(w.message) for w in caught)
