@@ -41,6 +41,15 @@ __device__ __forceinline__ u32 float_to_tf32(float f) {
     return r;
 }
 
+// tf32 on CUDA cores (ops/precision.py: inputs rounded to tf32, fp32 accumulation): products
+// of two tf32 values are exact in fp32, so the CUDA-core kernels round operands as they read
+// them.
+template <int N>
+__device__ __forceinline__ void round_to_tf32(float (&v)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = __uint_as_float(float_to_tf32(v[e]));
+}
+
 // Element types as the kernels see them: 16-bit storage is raw bits (u16).
 struct Half { typedef u16 T; };
 struct BFloat16 { typedef u16 T; };

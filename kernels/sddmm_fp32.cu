@@ -7,7 +7,7 @@
 // lane reads the same x word: a broadcast). Only the rows whose vec_mask bit is set are
 // multiplied; the products of a row accumulate in fp32 in feature order, as a dot product
 // does. With K a multiple of 4 and 16-byte aligned rows, y is read in 16-byte loads.
-#include "mma.cuh"  // float_to_tf32
+#include "mma.cuh"  // round_to_tf32
 
 namespace fg::sddmm32 {
 
@@ -82,14 +82,6 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
             for (int r = 0; r < WINDOW; ++r) dst[r * kb] = acc[r];
         }
     }
-}
-
-// tf32 on CUDA cores (ops/precision.py: inputs rounded to tf32, fp32 accumulation): products
-// of two tf32 values are exact in fp32, so x and y are rounded as they are read.
-template <int N>
-__device__ __forceinline__ void round_to_tf32(float (&v)[N]) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v[e] = __uint_as_float(fg::float_to_tf32(v[e]));
 }
 
 // The coalesced kernel, for K in 33..256 in 16-byte loads (the kernel above, a lane per vector,

@@ -1,4 +1,5 @@
-// The exact fp32 SpMM on CUDA cores, Y = A X, read straight from ME-BCRS (no CSR kept).
+// The exact fp32 SpMM on CUDA cores, Y = A X, read straight from ME-BCRS (no CSR kept); with
+// its inputs rounded as read, also the tf32 SpMM where CUDA cores beat the tensor cores.
 //
 // Why ME-BCRS and not CSR: the time goes into gathering rows of X. In ME-BCRS one gathered
 // row X[col] serves every nonzero of its 8x1 vector (1.03 to 1.3 on real graphs), so fewer
@@ -36,7 +37,7 @@
 // launcher (flashgnn/_cuda/spmm_fp32.py, kernel_variant) picks the variant per graph and N.
 // The groups' sums are then added by a butterfly of shuffles, in a fixed order
 // (deterministic).
-#include "common.cuh"
+#include "mma.cuh"  // round_to_tf32
 
 namespace fg::spmm32 {
 
@@ -70,6 +71,13 @@ __device__ __forceinline__ void add_product(float* sum, float a, const float (&x
 
 // Vector j of segment s (relative to its window): column, mask, the values of its real
 // nonzeros (0 elsewhere) and the first of them; all zero past the segment's end.
+// A value of A, rounded to tf32 for tf32 on CUDA cores.
+template <bool TF32>
+__device__ __forceinline__ float load_value(const float* __restrict__ slot) {
+    const float v = __ldg(slot);
+    return TF32 ? __uint_as_float(float_to_tf32(v)) : v;
+}
+
 struct Vector {
     int col = 0;
     u32 mask = 0;
@@ -90,6 +98,7 @@ __device__ __forceinline__ ValueColumn value_column(const float* __restrict__ va
     return {values + WINDOW * (s.start + vb) + (j - vb), min(s.n_vec - vb, 1 << k_log2)};
 }
 
+template <bool TF32>
 __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
                                               const float* __restrict__ values, const WindowSegment& s, int j,
                                               int k_log2) {
@@ -100,11 +109,11 @@ __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, c
     const ValueColumn c = value_column(values, s, j, k_log2);
 #pragma unroll
     for (int r = 0; r < WINDOW; ++r) {
-        if ((v.mask >> r) & 1) v.val[r] = __ldg(c.slot + r * c.width);
+        if ((v.mask >> r) & 1) v.val[r] = load_value<TF32>(c.slot + r * c.width);
     }
     // a load of its own (a kernel reads either val or first, the other is never computed): a
     // select over val would chain eight loads into one register, and a warp waits on each
-    if (v.mask != 0) v.first = __ldg(c.slot + (__ffs(v.mask) - 1) * c.width);
+    if (v.mask != 0) v.first = load_value<TF32>(c.slot + (__ffs(v.mask) - 1) * c.width);
     return v;
 }
 
@@ -119,10 +128,11 @@ __device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_r
 
 // VW features per lane, L lanes per vector (a power of two), U steps in flight (dividing L),
 // sums in registers or (SHARED) in dynamic shared memory of WINDOW * 32 * VW floats per warp;
-// PREFETCH: the next batch's vectors are loaded while this one is summed. With VW = 4, N is a
-// multiple of 4 and x is 16-byte aligned (the launcher checks), so a lane's features are
-// either wholly inside N or wholly outside.
-template <int VW, int L, int U, bool SHARED, bool PREFETCH>
+// PREFETCH: the next batch's vectors are loaded while this one is summed; TF32: x and the
+// values rounded to tf32 as read (tf32 on CUDA cores). With VW = 4, N is a multiple of 4 and
+// x is 16-byte aligned (the launcher checks), so a lane's features are either wholly inside
+// N or wholly outside.
+template <int VW, int L, int U, bool SHARED, bool PREFETCH, bool TF32>
 __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict__ col_idx,
                           const u8* __restrict__ vec_mask, const float* __restrict__ values,
                           const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
@@ -151,14 +161,14 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
         for (int r = 0; r < WINDOW; ++r) store_features<VW>(slot + r * 32 * VW, acc[r]);
     }
     Vector next;
-    if constexpr (PREFETCH) next = load_vector(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
+    if constexpr (PREFETCH) next = load_vector<TF32>(col_idx, vec_mask, values, s, s.begin + lane, k_log2);
     for (int j0 = s.begin; j0 < s.end; j0 += 32) {
         Vector cur;
         if constexpr (PREFETCH) {
             cur = next;
-            if (j0 + 32 < s.end) next = load_vector(col_idx, vec_mask, values, s, j0 + 32 + lane, k_log2);
+            if (j0 + 32 < s.end) next = load_vector<TF32>(col_idx, vec_mask, values, s, j0 + 32 + lane, k_log2);
         } else {
-            cur = load_vector(col_idx, vec_mask, values, s, j0 + lane, k_log2);
+            cur = load_vector<TF32>(col_idx, vec_mask, values, s, j0 + lane, k_log2);
         }
         const int steps = (min(32, s.end - j0) + GROUPS - 1) / GROUPS;  // the same in every lane
         for (int t0 = 0; t0 < steps; t0 += U) {  // t0 + u < STEPS: src stays a lane of the batch
@@ -174,6 +184,7 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
                 // unconditional: past the segment's end col is 0, a row of X that exists (the
                 // batch holds a vector), and a mask of 0 leaves the features unused
                 fg::load_features<VW>(xu[u], x_lane + (i64)__shfl_sync(ALL_LANES, cur.col, src[u]) * n);
+                if constexpr (TF32) round_to_tf32(xu[u]);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -184,7 +195,7 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
                         m &= m - 1;
                         if (m != 0) {  // a vector's further nonzeros are rare: read from memory
                             const ValueColumn c = value_column(values, s, j0 + src[u], k_log2);
-                            a = __ldg(c.slot + (__ffs(m) - 1) * c.width);
+                            a = load_value<TF32>(c.slot + (__ffs(m) - 1) * c.width);
                         }
                     }
                 } else {

@@ -8,8 +8,8 @@ compute-sanitizer (a script, not a pytest module):
 The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
 nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
 both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
-4 ways; SpMM and SDDMM run with their segments in both orders (longest first, and by column
-as on long-row graphs).
+4 ways; the fp32 SpMM in each of its variants, fp32 and tf32; SpMM and SDDMM run with their
+segments in both orders (longest first, and by column as on long-row graphs).
 """
 import os
 import sys
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flashgnn import MEBCRS, ops  # noqa: E402
 from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
+from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
 
 
 def main() -> None:
@@ -47,6 +48,12 @@ def main() -> None:
                     ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
             segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = defaults
             if precision == "fp32":
+                # every variant of the CUDA-core kernel, and its tf32 form
+                for variant in VARIANTS:
+                    for n, p in ((7, "fp32"), (64, "fp32"), (160, "tf32")):
+                        x = torch.randn(900, n, device="cuda")
+                        spmm_fp32(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, seg_vectors=64,
+                                  variant=variant, precision=p)
                 continue
             for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4)]:
                 x = torch.randn(900, n, device="cuda")

@@ -8,6 +8,7 @@ import torch
 
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32
 from flashgnn.format import MEBCRS
+from flashgnn.ops import spmm
 from tests.helpers import GPU, rel_err
 from tests.kernel_cases import CASES
 
@@ -77,6 +78,26 @@ def test_every_lane_layout_matches_scipy(lanes, seg_vectors, variant, rng):
         x = torch.randn(a.shape[1], n, device="cuda")
         poison_allocator(a.shape[0] * n)
         assert_fp32_exact(run(f, x, lanes=lanes, seg_vectors=seg_vectors, variant=variant), a, x)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("lanes", [8, 16, 32])
+def test_tf32_matches_cpu_emulation(lanes, variant, rng):
+    a = CASES["hub_1003x20011"](rng)
+    f = MEBCRS.from_csr(a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=4)
+    for n in (32, 100):
+        x = torch.randn(a.shape[1], n)
+        y = run(f.to("cuda"), x.cuda(), lanes=lanes, variant=variant, precision="tf32")
+        assert rel_err(y.cpu(), spmm(f, x, "tf32")) <= 1e-5
+
+
+def test_tf32_needs_16_byte_rows_of_8_lanes_or_more():
+    a = CASES["hub_1003x20011"](np.random.default_rng(0))
+    f = gpu_format(a, 4)
+    with pytest.raises(ValueError, match="tf32 takes"):
+        run(f, torch.randn(a.shape[1], 30, device="cuda"), precision="tf32")
+    with pytest.raises(ValueError, match="tf32 takes"):
+        run(f, torch.randn(a.shape[1], 64, device="cuda"), lanes=4, precision="tf32")
 
 
 def test_deterministic_with_split_windows(rng):

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn._cuda import spmm as cuda_spmm
+from flashgnn._cuda import spmm_fp32 as cuda_spmm_fp32
 from flashgnn.ops import spmm
 from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, STORAGE, bound, csr_rows,
                                  default_k, dense, in_both_segment_orders, matrix, mebcrs, poisoned_allocations,
@@ -104,6 +105,19 @@ def test_matches_cpu_emulation(name, precision):
     gpu = spmm(mebcrs(name, k, DEVICE), x.to(DEVICE), precision, out_fp32=True)
     cpu = spmm(mebcrs(name, k, "cpu"), x, precision, out_fp32=True)
     assert rel_err(gpu, cpu) <= EMULATION_BOUND
+
+
+def test_tf32_on_cuda_cores_matches_cpu_emulation(monkeypatch):
+    # the op's dispatch to tf32 on CUDA cores (inputs rounded as read), here from 1000 vectors
+    monkeypatch.setattr(cuda_spmm_fp32, "TF32_LARGE_VECTORS", 1000)
+    name = "hub_1003x20011"
+    x = dense(matrix(name).shape[1], 64, name, "tf32 on CUDA cores")
+    x_dev = x.to(DEVICE)
+    fmt = mebcrs(name, 4, DEVICE)
+    assert fmt.n_vectors >= 1000 and cuda_spmm_fp32.tf32_on_cuda_cores(x_dev, fmt.n_vectors)
+    gpu = spmm(fmt, x_dev, "tf32")
+    assert rel_err(gpu, spmm(mebcrs(name, 4, "cpu"), x, "tf32")) <= EMULATION_BOUND
+    assert rel_err(gpu, reference(name, x)) <= BOUND["tf32"]
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

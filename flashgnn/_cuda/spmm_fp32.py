@@ -54,9 +54,10 @@ _FEWER_IN_FLIGHT_FROM = 1 << 20
 
 def kernel_variant(n: int, n_vectors: int, nnz: int, n_cols: int) -> Variant:
     """The kernel variant for N = n on a pattern of n_vectors vectors, nnz nonzeros and
-    n_cols columns (X's rows). From an H100 A/B of the variants on the 33 real graphs at
-    N = 32, 128, 256 (session 16; BENCHMARKS.md): geomean over cuSPARSE 1.47x -> 1.55x,
-    1.01x -> 1.07x, 0.98x -> 1.02x against SHARED above N = 64 and REGISTERS below."""
+    n_cols columns (X's rows). Fitted on an H100 A/B of the variants over the 33 real graphs
+    at N = 32, 128, 256; in a second run (BENCHMARKS.md, session 16), against SHARED above
+    N = 64 and REGISTERS below, geomean over cuSPARSE 1.37x -> 1.52x, 1.01x -> 1.07x,
+    0.97x -> 1.01x, and on powerlaw_reddit 1.28x -> 2.38x at N = 32."""
     per_vector = nnz / max(n_vectors, 1)
     _, least_vectors, least_per_vector = next(row for row in _DENSE_FROM if row[0] is None or n <= row[0])
     if n_vectors >= least_vectors and per_vector >= least_per_vector:
@@ -71,12 +72,22 @@ def kernel_variant(n: int, n_vectors: int, nnz: int, n_cols: int) -> Variant:
     return REGISTERS
 
 
-def _kernel(features: int, lanes: int, variant: Variant) -> str:
-    return (f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, variant.in_flight)}, "
-            f"{str(variant.shared).lower()}, {str(variant.prefetch).lower()}>")
+def _kernel(features: int, lanes: int, variant: Variant, tf32: bool = False) -> str:
+    flags = ", ".join(str(f).lower() for f in (variant.shared, variant.prefetch, tf32))
+    return f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, variant.in_flight)}, {flags}>"
 
 
-SOURCE = register("spmm_fp32.cu", [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS])
+# tf32 runs on CUDA cores (inputs rounded as read) on graphs of 1M+ vectors, in 16-byte loads
+# of at least 8 lanes (N >= 32). H100, session 16, over cuSPARSE, tensor cores -> CUDA cores:
+# powerlaw_reddit N = 32 / 128 / 256 1.40x / 1.47x / 1.44x -> 1.96x / 1.57x / 1.50x,
+# powerlaw_products 1.55x / 1.07x / 1.08x -> 1.72x / 1.09x / 1.09x; on the 33 real graphs (none
+# that large) the tensor cores won but on musae_github at N = 256 (0.93x against 1.02x).
+_TF32_LANES = (8, 16, 32)
+TF32_LARGE_VECTORS = 1 << 20
+
+SOURCE = register("spmm_fp32.cu", dict.fromkeys(  # variants coincide below 8 lanes
+    [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS]
+    + [_kernel(4, lanes, v, tf32=True) for lanes in _TF32_LANES for v in VARIANTS]))
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -84,6 +95,16 @@ _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 def features_per_lane(n: int, x: torch.Tensor) -> int:
     """4 (16-byte loads) where N = n and x's alignment allow it, else 1."""
     return 4 if n % 4 == 0 and x.data_ptr() % 16 == 0 else 1
+
+
+def tf32_on_cuda_cores(x: torch.Tensor, n_vectors: int) -> bool:
+    """Whether a tf32 SpMM of x [n_cols, N] on a pattern of ``n_vectors`` vectors runs here
+    (spmm_fp32 with precision "tf32") rather than on tensor cores. Reads only x's shape, dtype
+    and address."""
+    n = x.shape[1]
+    if n < 32 or x.dtype != torch.float32 or not x.is_contiguous() or features_per_lane(n, x) != 4:
+        return False
+    return n_vectors >= TF32_LARGE_VECTORS
 
 
 def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
@@ -98,8 +119,9 @@ def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
 
 def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, values: torch.Tensor,
               x: torch.Tensor, n_rows: int, k: int, *, seg_vectors: int | None = None,
-              lanes: int | None = None, variant: Variant | None = None) -> torch.Tensor:
-    """Y = A @ X in fp32 on the GPU, for A in ME-BCRS.
+              lanes: int | None = None, variant: Variant | None = None, precision: str = "fp32") -> torch.Tensor:
+    """Y = A @ X in fp32 on the GPU, for A in ME-BCRS; with precision "tf32" (where
+    ``tf32_on_cuda_cores``), x and the values rounded to tf32 as read.
 
     row_ptr int64 [n_windows + 1], col_idx int32 [n_vectors], vec_mask uint8 [n_vectors],
     values [8 * n_vectors] (block width ``k``), x [n_cols, N]; values and x float32, or
@@ -139,6 +161,12 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     lanes = lanes or tuned_lanes
     if lanes not in _LANES:
         raise ValueError(f"lanes must be one of {_LANES}, got {lanes}")
+    if precision not in ("fp32", "tf32"):
+        raise ValueError(f"spmm_fp32: precision must be fp32 or tf32, got {precision!r}")
+    tf32 = precision == "tf32"
+    if tf32 and (features != 4 or lanes not in _TF32_LANES):
+        raise ValueError("spmm_fp32: tf32 takes 16-byte aligned x with N % 4 == 0 and N >= 32 "
+                         f"(8 lanes or more), got N = {n}, {lanes} lanes")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     n_tiles = -(-n // (lanes * features))
@@ -146,7 +174,7 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     variant = variant or kernel_variant(n, col_idx.numel(), pattern_nnz(vec_mask), x.shape[0])
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant}")
-    launch(SOURCE, _kernel(features, lanes, variant), device, (-(-warps // _WARPS),), (32 * _WARPS,),
+    launch(SOURCE, _kernel(features, lanes, variant, tf32), device, (-(-warps // _WARPS),), (32 * _WARPS,),
            ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
            seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n, n_tiles, ptr(x), ptr(y), ptr(workspace),
            shmem=_WARPS * 8 * 32 * features * 4 if variant.shared else 0)

@@ -20,12 +20,13 @@ def _spmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, x:
           n_rows: int, k: int, precision: str, out_fp32: bool,
           t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
           t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
-    """The op's implementation: the CUDA kernels for CUDA inputs up to float32, else the
-    reference. The A^T tensors are only for the backward."""
+    """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (fp32 on CUDA
+    cores, tf32 too on large graphs), else the reference. The A^T tensors are only for the
+    backward."""
     if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
-    if precision == "fp32":
-        y = cuda_spmm_fp32.spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k)
+    if precision == "fp32" or (precision == "tf32" and cuda_spmm_fp32.tf32_on_cuda_cores(x, col_idx.numel())):
+        y = cuda_spmm_fp32.spmm_fp32(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision=precision)
         return y if out_fp32 else y.to(x.dtype)
     return cuda_spmm.spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision,
                                       torch.float32 if out_fp32 else x.dtype)
