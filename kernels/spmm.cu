@@ -18,8 +18,9 @@
 // its vector(s) in one 8-byte (16-bit types) or 16-byte (fp32) load, so the 8 lanes sharing a
 // vector read 32 contiguous features. MMA tile i (of 2) takes feature f0 + 4g + 2i as its row g
 // and f0 + 4g + 2i + 1 as its row g + 8; for 16-bit operands the pairs are regrouped with byte
-// permutes (2 features x 2 vectors per lane). The accumulators then hold, for rows 2t and 2t + 1
-// of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too.
+// permutes (2 features x 2 vectors per lane); tf32 rows are read a quarter-warp per vector and
+// handed to lane (g, t) by shuffles (Batch<TF32>). The accumulators then hold, for rows 2t and
+// 2t + 1 of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too.
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
 // and the window's rows are the sum of its partials in segment order, so the result is
@@ -200,7 +201,13 @@ struct Batch {
     }
 };
 
-// tf32, m16n8k4: lane (g, t) gathers vector t of each step of 4.
+// tf32, m16n8k4: lane (g, t) needs the LF features f0 + LF * g .. of vector t of each step of
+// 4. Quarter-warp c (lanes 8c .. 8c + 7) gathers vector c instead, lane 8c + p the features
+// lane (p, c) needs, and the MMA step takes them from lane 8t + g by shuffles: a 16-byte load
+// whose quarter-warps each read one row costs 4 L1 wavefronts where four rows cost 16, and
+// on graphs whose X stays in L2 the tf32 gather is bound by those wavefronts (H100, 33 real
+// graphs, geomean over cuSPARSE at N = 128 / 256: 1.36x / 1.30x -> 1.47x / 1.43x). The 16-bit
+// types gather half the bytes and lost to the shuffles (fp16 N = 32: 2.12x -> 1.99x).
 template <int LF>
 struct Batch<TF32, LF> {
     static constexpr int STEPS = 8 / LF, VECTORS = 4 * STEPS, TILES = LF / 2;
@@ -209,28 +216,30 @@ struct Batch<TF32, LF> {
 
     __device__ __forceinline__ void load(const float* x, const int* cols, const u32* vals, int j0, int count,
                                          const WarpWork& w, int n, bool aligned) {
-        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, c = lane >> 3;
+        const int f = w.f0 + ((lane & 7) - g) * LF;  // the features of lane (p, c)
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
-            const int j = j0 + 4 * s + t;
-            if (j < count) {
-                load_group<float, LF>(xw[s], x + (i64)cols[j] * n + w.f0, n - w.f0, aligned);
-                b[s] = vals[staged_word<u32>(j, g)];
+            const int jc = j0 + 4 * s + c, j = j0 + 4 * s + t;
+            if (jc < count) {
+                load_group<float, LF>(xw[s], x + (i64)cols[jc] * n + f, n - f, aligned);
             } else {
 #pragma unroll
                 for (int i = 0; i < LF; ++i) xw[s][i] = 0;
-                b[s] = 0;
             }
+            b[s] = j < count ? vals[staged_word<u32>(j, g)] : 0;
         }
     }
 
     __device__ __forceinline__ void mma(float (&acc)[TILES][4]) const {
+        const int lane = threadIdx.x & 31, src = 8 * (lane & 3) + (lane >> 2);
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
             for (int i = 0; i < TILES; ++i) {
-                mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(xw[s][2 * i])),
-                                float_to_tf32(__uint_as_float(xw[s][2 * i + 1])), b[s]);
+                const u32 a0 = __shfl_sync(0xffffffffu, xw[s][2 * i], src);
+                const u32 a1 = __shfl_sync(0xffffffffu, xw[s][2 * i + 1], src);
+                mma_16x8x4_tf32(acc[i], float_to_tf32(__uint_as_float(a0)), float_to_tf32(__uint_as_float(a1)), b[s]);
             }
         }
     }

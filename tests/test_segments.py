@@ -180,16 +180,15 @@ def test_pattern_nnz_is_remembered_by_formats_and_counted_otherwise():
     assert pattern_nnz(torch.tensor([0, 255, 1, 6], dtype=torch.uint8)) == 11
 
 
-def test_tf32_spmm_on_cuda_cores_on_1m_vector_graphs():
+def test_tf32_spmm_on_cuda_cores_at_n_32_on_1m_vector_graphs():
     from flashgnn._cuda.spmm_fp32 import tf32_on_cuda_cores
 
     def on_cores(n, n_vectors, dtype=torch.float32):
         return tf32_on_cuda_cores(torch.empty(100, n, dtype=dtype), n_vectors)
 
-    assert on_cores(32, 2**20) and on_cores(256, 2**30)
-    assert not on_cores(32, 2**20 - 1) and not on_cores(2**15, 1000)
+    assert on_cores(32, 2**20) and on_cores(32, 2**30)
+    assert not on_cores(32, 2**20 - 1) and not on_cores(64, 2**20) and not on_cores(256, 2**30)
     assert not on_cores(16, 2**20)  # fewer than 8 lanes of 4 features
-    assert not on_cores(34, 2**20)  # N % 4 != 0
     assert not on_cores(32, 2**20, torch.float16)
 
 

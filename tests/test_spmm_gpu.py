@@ -111,7 +111,7 @@ def test_tf32_on_cuda_cores_matches_cpu_emulation(monkeypatch):
     # the op's dispatch to tf32 on CUDA cores (inputs rounded as read), here from 1000 vectors
     monkeypatch.setattr(cuda_spmm_fp32, "TF32_LARGE_VECTORS", 1000)
     name = "hub_1003x20011"
-    x = dense(matrix(name).shape[1], 64, name, "tf32 on CUDA cores")
+    x = dense(matrix(name).shape[1], 32, name, "tf32 on CUDA cores")
     x_dev = x.to(DEVICE)
     fmt = mebcrs(name, 4, DEVICE)
     assert fmt.n_vectors >= 1000 and cuda_spmm_fp32.tf32_on_cuda_cores(x_dev, fmt.n_vectors)

@@ -77,13 +77,15 @@ def _kernel(features: int, lanes: int, variant: Variant, tf32: bool = False) -> 
     return f"fg::spmm32::spmm_fp32<{features}, {lanes}, {min(lanes, variant.in_flight)}, {flags}>"
 
 
-# tf32 runs on CUDA cores (inputs rounded as read) on graphs of 1M+ vectors, in 16-byte loads
-# of at least 8 lanes (N >= 32). H100, session 16, over cuSPARSE, tensor cores -> CUDA cores:
-# powerlaw_reddit N = 32 / 128 / 256 1.40x / 1.47x / 1.44x -> 1.96x / 1.57x / 1.50x,
-# powerlaw_products 1.55x / 1.07x / 1.08x -> 1.72x / 1.09x / 1.09x; on the 33 real graphs (none
-# that large) the tensor cores won but on musae_github at N = 256 (0.93x against 1.02x).
+# tf32 runs on CUDA cores (inputs rounded as read) on graphs of 1M+ vectors at N = 32 (16-byte
+# loads of 8 lanes: N >= 32; up to TF32_UP_TO). H100, session 16, over cuSPARSE, against the
+# tensor cores at N = 32 / 64: powerlaw_reddit 1.68x / 1.55x -> 1.98x / 1.55x,
+# powerlaw_products 1.62x / 1.24x -> 1.72x / 1.23x; at N = 128 and 256 the tensor cores won
+# (powerlaw_reddit 1.68x against 1.57x at 128), and on the 33 real graphs (none that large) at
+# every N.
 _TF32_LANES = (8, 16, 32)
 TF32_LARGE_VECTORS = 1 << 20
+TF32_UP_TO = 32
 
 SOURCE = register("spmm_fp32.cu", dict.fromkeys(  # variants coincide below 8 lanes
     [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS]
@@ -102,9 +104,9 @@ def tf32_on_cuda_cores(x: torch.Tensor, n_vectors: int) -> bool:
     (spmm_fp32 with precision "tf32") rather than on tensor cores. Reads only x's shape, dtype
     and address."""
     n = x.shape[1]
-    if n < 32 or x.dtype != torch.float32 or not x.is_contiguous() or features_per_lane(n, x) != 4:
+    if not 32 <= n <= TF32_UP_TO or x.dtype != torch.float32 or not x.is_contiguous():
         return False
-    return n_vectors >= TF32_LARGE_VECTORS
+    return features_per_lane(n, x) == 4 and n_vectors >= TF32_LARGE_VECTORS
 
 
 def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
