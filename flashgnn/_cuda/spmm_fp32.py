@@ -1,5 +1,6 @@
 """The exact fp32 SpMM on CUDA cores (kernels/spmm_fp32.cu), read from ME-BCRS: the CUDA
-path of ``precision="fp32"``. The kernel file says why it gathers through ME-BCRS, not CSR."""
+path of ``precision="fp32"``, and of "tf32" where ``tf32_on_cuda_cores``. The kernel file says
+why it gathers through ME-BCRS, not CSR."""
 from __future__ import annotations
 
 from typing import NamedTuple
