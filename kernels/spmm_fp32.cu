@@ -19,9 +19,9 @@
 // loading. The warp walks its segment in batches of 32 vectors: lane j loads vector j's
 // column, mask and real values (coalesced; with PREFETCH the next batch's are loaded while
 // this one is used), then in each step every group takes one vector of the batch by shuffles
-// and gathers its row; U steps are issued before their products are summed, so a lane keeps U gathers in
-// flight (8, or 4 where the registers saved raise occupancy). A lane sums its vectors'
-// products per window row, in one of two places (SHARED):
+// and gathers its row; U steps are issued before their products are summed, so a lane keeps U
+// gathers in flight (8, or 4 where the registers saved raise occupancy). A lane sums its
+// vectors' products per window row, in one of two places (SHARED):
 // - registers, acc[row][feature]: registers cannot be indexed at run time, so every vector
 //   tests the eight rows (one test per row for the warp, the values shuffled from the batch).
 // - shared memory, a slot per (row, lane): a product goes straight to its row's slot, one
@@ -31,10 +31,10 @@
 //   each loop over their own vector's rows, runs faster in registers (1.47x against 1.40x at
 //   N = 32).
 // Graphs whose vectors hold several nonzeros (1.15-2.1 per vector on hetero_chameleon,
-// snap_email_enron, the squirrels, hetero_minesweeper) run fastest in registers with 4 gathers in
-// flight and no prefetch (PREFETCH = false): the ladder's tests then mostly find a nonzero, and
-// the fewer registers let more warps hide the gathers of an X small enough to stay in L1. The
-// launcher (flashgnn/_cuda/spmm_fp32.py, kernel_variant) picks the variant per graph and N.
+// snap_email_enron, the squirrels, hetero_minesweeper) run fastest in registers with 4 gathers
+// in flight and no prefetch (PREFETCH = false): the ladder's tests then mostly find a nonzero,
+// and the fewer registers let more warps hide the gathers of an X small enough to stay in L1.
+// The launcher (flashgnn/_cuda/spmm_fp32.py, kernel_variant) picks the variant per graph and N.
 // The groups' sums are then added by a butterfly of shuffles, in a fixed order
 // (deterministic).
 #include "mma.cuh"  // round_to_tf32
@@ -69,8 +69,6 @@ __device__ __forceinline__ void add_product(float* sum, float a, const float (&x
     }
 }
 
-// Vector j of segment s (relative to its window): column, mask, the values of its real
-// nonzeros (0 elsewhere) and the first of them; all zero past the segment's end.
 // A value of A, rounded to tf32 for tf32 on CUDA cores.
 template <bool TF32>
 __device__ __forceinline__ float load_value(const float* __restrict__ slot) {
@@ -78,6 +76,8 @@ __device__ __forceinline__ float load_value(const float* __restrict__ slot) {
     return TF32 ? __uint_as_float(float_to_tf32(v)) : v;
 }
 
+// Vector j of segment s (relative to its window): column, mask, the values of its real
+// nonzeros (0 elsewhere) and the first of them; all zero past the segment's end.
 struct Vector {
     int col = 0;
     u32 mask = 0;
