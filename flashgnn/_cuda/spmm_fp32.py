@@ -23,6 +23,13 @@ _LANES = (1, 2, 4, 8, 16, 32)  # per vector: a power of two
 # hetero_minesweeper 1.70x -> 1.49x) and lost on most graphs above 170k.
 _SHORT_SEGMENTS_BELOW = 150_000
 _SHORT_SEGMENT = 64
+# Above N = 128, graphs from 150k to 500k vectors take 256-vector segments and at most 16
+# lanes (four feature tiles a segment at N = 256). H100, session 16, the 12 real graphs of 150k+
+# vectors at N = 256, geomean over cuSPARSE 0.89x -> 0.94x (gemsec_fb_media 0.94x -> 1.11x,
+# musae_facebook 0.94x -> 1.13x, wiki_crocodile 0.74x -> 0.86x; snap_email_enron 1.01x ->
+# 0.98x); it lost on musae_github (560k vectors, 1.18x -> 1.02x) and both generated graphs
+# (powerlaw_reddit 1.68x -> 1.52x), and at N = 128 it was mixed (0.89x -> 0.92x).
+_WIDE_SPLIT = (128, 500_000, 256, 16)  # (N above, vectors below, segment, lanes at most)
 
 
 class Variant(NamedTuple):
@@ -112,12 +119,16 @@ def tf32_on_cuda_cores(x: torch.Tensor, n_vectors: int) -> bool:
 
 def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
     """(segment length, None for the default of segments_for; lanes per vector): the fewest
-    lanes that cover N (at most a warp), so a warp gathers 32 / lanes rows of X at once, and
-    on graphs of few vectors short segments of at most 16 lanes."""
+    lanes that cover N (at most a warp), so a warp gathers 32 / lanes rows of X at once; on
+    graphs of few vectors short segments of at most 16 lanes, and on mid-sized graphs at wide
+    N long segments of at most 16 lanes."""
     lanes = next((lanes for lanes in _LANES if lanes * features >= n), _LANES[-1])
-    if n_vectors >= _SHORT_SEGMENTS_BELOW:
-        return None, lanes
-    return _SHORT_SEGMENT, min(lanes, 16)
+    if n_vectors < _SHORT_SEGMENTS_BELOW:
+        return _SHORT_SEGMENT, min(lanes, 16)
+    above, below, seg, most_lanes = _WIDE_SPLIT
+    if n > above and n_vectors < below:
+        return seg, min(lanes, most_lanes)
+    return None, lanes
 
 
 def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, values: torch.Tensor,
