@@ -137,7 +137,8 @@ def test_spmm_work_split_is_launchable_and_keeps_large_graphs_in_one_run():
 def test_fp32_spmm_work_split_covers_n_with_the_fewest_lanes():
     """Lanes x features cover N (at most a warp, then feature tiles); graphs of few vectors
     get 64-vector segments and at most 16 lanes, mid-sized ones above N = 128 256-vector
-    segments and at most 16 lanes, larger ones segments_for's default."""
+    segments and at most 16 lanes, and at most 16 lanes below 250k vectors; larger ones
+    segments_for's default."""
     from flashgnn._cuda.spmm_fp32 import work_split
 
     assert work_split(32, 10**6, 4) == (None, 8)
@@ -148,6 +149,7 @@ def test_fp32_spmm_work_split_covers_n_with_the_fewest_lanes():
     assert work_split(128, 10**4, 4) == (64, 16)
     assert work_split(16, 10**4, 4) == (64, 4)
     assert work_split(256, 3 * 10**5, 4) == (256, 16) and work_split(128, 3 * 10**5, 4) == (None, 32)
+    assert work_split(128, 2 * 10**5, 4) == (None, 16)
 
 
 def test_fp32_spmm_variant_by_nonzeros_per_vector_size_and_n():

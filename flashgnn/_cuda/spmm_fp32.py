@@ -30,6 +30,11 @@ _SHORT_SEGMENT = 64
 # 0.98x); it lost on musae_github (560k vectors, 1.18x -> 1.02x) and both generated graphs
 # (powerlaw_reddit 1.68x -> 1.52x), and at N = 128 it was mixed (0.89x -> 0.92x).
 _WIDE_SPLIT = (128, 500_000, 256, 16)  # (N above, vectors below, segment, lanes at most)
+# Graphs under 250k vectors keep at most 16 lanes at any N: at N = 128 (two tiles) on the four
+# real graphs of 150k-250k vectors 0.72-1.21x -> 0.80-1.32x (twitch_FR, gemsec_fb_government,
+# gemsec_fb_sport, deezer_europe); on the larger ones 32 lanes won (twitch_DE 0.81x against
+# 0.78x, gemsec_fb_media 1.01x against 0.93x).
+_NARROW_LANES_BELOW = 250_000
 
 
 class Variant(NamedTuple):
@@ -120,15 +125,15 @@ def tf32_on_cuda_cores(x: torch.Tensor, n_vectors: int) -> bool:
 def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
     """(segment length, None for the default of segments_for; lanes per vector): the fewest
     lanes that cover N (at most a warp), so a warp gathers 32 / lanes rows of X at once; on
-    graphs of few vectors short segments of at most 16 lanes, and on mid-sized graphs at wide
-    N long segments of at most 16 lanes."""
+    graphs of few vectors short segments of at most 16 lanes, on mid-sized graphs at wide N
+    long segments of at most 16 lanes, and at most 16 lanes below 250k vectors."""
     lanes = next((lanes for lanes in _LANES if lanes * features >= n), _LANES[-1])
     if n_vectors < _SHORT_SEGMENTS_BELOW:
         return _SHORT_SEGMENT, min(lanes, 16)
     above, below, seg, most_lanes = _WIDE_SPLIT
     if n > above and n_vectors < below:
         return seg, min(lanes, most_lanes)
-    return None, lanes
+    return None, min(lanes, 16) if n_vectors < _NARROW_LANES_BELOW else lanes
 
 
 def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, values: torch.Tensor,
