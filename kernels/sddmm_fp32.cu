@@ -14,17 +14,44 @@ namespace fg::sddmm32 {
 constexpr unsigned ALL_LANES = 0xffffffffu;
 constexpr int WARPS = 4;  // per block (sddmm.py: WARPS_PER_BLOCK)
 constexpr int KC = 64;    // features of x staged per chunk
+// Staged row stride: 4 floats of padding put row r's 16-byte groups in bank quad r, so lanes
+// reading different rows of the window in one LDS.128 do not conflict.
+constexpr int XS = KC + 4;
 
-template <bool VEC>
+// acc[r] += the dot product of y's row chunk with x's staged row r, for every r in mask, in
+// feature order (the same sums whatever the path). WALK (16-byte loads): each lane walks its
+// own vector's set bits, reading its row r of x at a run-time offset (acc[r] read and written
+// by a select: registers cannot be indexed at run time), so the warp runs as many iterations
+// as its fullest vector; else every row any lane needs is a step of the warp, which pays where
+// vectors hold several nonzeros (the launcher, flashgnn/_cuda/sddmm.py, has the measured split).
+template <bool VEC, bool WALK>
 __device__ __forceinline__ void dot_chunk(float (&acc)[WINDOW], const float* __restrict__ yrow, const float* xs,
                                           int len, u32 mask) {
-    if constexpr (VEC) {
+    if constexpr (WALK) {
+        for (u32 m = mask; m != 0; m &= m - 1) {
+            const int r = __ffs(m) - 1;
+            float dot = 0.f;
+#pragma unroll
+            for (int i = 0; i < WINDOW; ++i) dot = i == r ? acc[i] : dot;
+            const float* xr = xs + r * XS;
+            for (int c = 0; c < len; c += 4) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(yrow + c));
+                const float4 w = *reinterpret_cast<const float4*>(xr + c);
+                dot = fmaf(w.x, v.x, dot);
+                dot = fmaf(w.y, v.y, dot);
+                dot = fmaf(w.z, v.z, dot);
+                dot = fmaf(w.w, v.w, dot);
+            }
+#pragma unroll
+            for (int i = 0; i < WINDOW; ++i) acc[i] = i == r ? dot : acc[i];
+        }
+    } else if constexpr (VEC) {
         for (int c = 0; c < len; c += 4) {
             const float4 v = __ldg(reinterpret_cast<const float4*>(yrow + c));
 #pragma unroll
             for (int r = 0; r < WINDOW; ++r) {
                 if ((mask >> r) & 1) {
-                    const float* xr = xs + r * KC + c;
+                    const float* xr = xs + r * XS + c;
                     acc[r] = fmaf(xr[0], v.x, acc[r]);
                     acc[r] = fmaf(xr[1], v.y, acc[r]);
                     acc[r] = fmaf(xr[2], v.z, acc[r]);
@@ -37,20 +64,20 @@ __device__ __forceinline__ void dot_chunk(float (&acc)[WINDOW], const float* __r
             const float v = __ldg(yrow + c);
 #pragma unroll
             for (int r = 0; r < WINDOW; ++r) {
-                if ((mask >> r) & 1) acc[r] = fmaf(xs[r * KC + c], v, acc[r]);
+                if ((mask >> r) & 1) acc[r] = fmaf(xs[r * XS + c], v, acc[r]);
             }
         }
     }
 }
 
-// x [n_rows, K], y [n_cols, K] fp32; out [8 * n_vectors]; format block width k.
-template <bool VEC>
+// x [n_rows, K], y [n_cols, K] fp32; out [8 * n_vectors]; format block width k. WALK needs VEC.
+template <bool VEC, bool WALK>
 __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
                                                          const int* __restrict__ seg_window, const i64* __restrict__ seg_first,
                                                          const int* __restrict__ seg_count, i64 n_segments, int n_rows,
                                                          int kdim, int k, const float* __restrict__ x,
                                                          const float* __restrict__ y, float* __restrict__ out) {
-    __shared__ float staged[WARPS][WINDOW * KC];
+    __shared__ __align__(16) float staged[WARPS][WINDOW * XS];
     const i64 seg = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31;
@@ -69,10 +96,10 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
             __syncwarp();
             for (int e = lane; e < WINDOW * KC; e += 32) {
                 const int r = e / KC, c = e % KC;
-                xs[e] = c < len && row0 + r < n_rows ? x[(row0 + r) * kdim + c0 + c] : 0.f;
+                xs[r * XS + c] = c < len && row0 + r < n_rows ? x[(row0 + r) * kdim + c0 + c] : 0.f;
             }
             __syncwarp();
-            if (active) dot_chunk<VEC>(acc, yrow + c0, xs, len, mask);
+            if (active) dot_chunk<VEC, WALK>(acc, yrow + c0, xs, len, mask);
         }
         if (active) {
             const int b0 = j / k * k;

@@ -8,8 +8,9 @@ compute-sanitizer (a script, not a pytest module):
 The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
 nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
 both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
-4 ways; the fp32 SpMM in each of its variants, fp32 and tf32; SpMM and SDDMM run with their
-segments in both orders (longest first, and by column as on long-row graphs).
+4 ways; the fp32 SpMM in each of its variants, fp32 and tf32, and the lane-per-vector fp32
+SDDMM on both paths; SpMM and SDDMM run with their segments in both orders (longest first,
+and by column as on long-row graphs).
 """
 import os
 import sys
@@ -21,6 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flashgnn import MEBCRS, ops  # noqa: E402
 from flashgnn._cuda import segments  # noqa: E402
+from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
 
@@ -54,6 +56,10 @@ def main() -> None:
                         x = torch.randn(900, n, device="cuda")
                         spmm_fp32(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, seg_vectors=64,
                                   variant=variant, precision=p)
+                # the lane-per-vector SDDMM (K = 32), walking set bits or stepping rows
+                for walk in (True, False):
+                    sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, torch.randn(61, 32, device="cuda"),
+                                     torch.randn(900, 32, device="cuda"), k, walk=walk)
                 continue
             for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4)]:
                 x = torch.randn(900, n, device="cuda")

@@ -141,6 +141,19 @@ def test_tf32_on_cuda_cores_matches_cpu_emulation(name):
     assert rel_err(gpu[fmt.perm], reference(name, x, y)) <= BOUND["tf32"]
 
 
+@pytest.mark.parametrize("k_dim", [32, 300])
+@pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:3])
+def test_fp32_lane_per_vector_kernel_walks_set_bits_or_steps_rows_to_the_same_bits(name, k_dim):
+    # K = 32 and 300 (chunks of 64): the lane-per-vector kernel, either path
+    fmt = mebcrs(name, 8, DEVICE)
+    x, y = dense(fmt.n_rows, k_dim, name, "walk x"), dense(fmt.n_cols, k_dim, name, "walk y")
+    walked, stepped = (cuda_sddmm.sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, x.to(DEVICE),
+                                                    y.to(DEVICE), 8, walk=walk) for walk in (True, False))
+    assert torch.equal(walked, stepped)
+    assert rel_err(walked[fmt.perm], reference(name, x, y)) <= BOUND["fp32"]
+    assert not walked[padding_mask(fmt.perm, walked.numel())].any()
+
+
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:2])
 def test_column_ordered_segments_give_the_same_bits(name, precision, monkeypatch):

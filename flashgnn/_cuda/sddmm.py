@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .pattern_nnz import pattern_nnz
 from .runtime import launch, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
@@ -31,7 +32,15 @@ _ROWS_KERNEL_K = (32, 256)
 TF32_ON_CUDA_CORES_ABOVE = 128
 TF32_LARGE_ON_CUDA_CORES_ABOVE = 32
 TF32_LARGE_VECTORS = 1 << 20
-SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}>" for vec in ("true", "false")]
+# The lane-per-vector kernel walks each vector's set bits (WALK) on patterns of fewer than
+# WALK_BELOW nonzeros per vector, else it steps through every row any lane of the warp needs.
+# H100, session 16, K = 32, over sampled_addmm, rows -> walk: gemsec_fb_media (1.006 per vector)
+# 1.55x -> 2.06x, musae_facebook (1.010) 1.97x -> 2.27x, powerlaw_reddit 0.59x -> 0.71x,
+# powerlaw_products 1.04x -> 1.14x; but cora (1.08) 2.85x -> 2.76x and the squirrels (1.31)
+# 3.2x -> 2.6x. Real-graph geomean with this split: K = 32 3.24x -> 3.38x, K = 16 3.65x -> 3.73x.
+WALK_BELOW = 1.05
+SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}, {walk}>"
+                                         for vec, walk in (("true", "true"), ("true", "false"), ("false", "false"))]
                        + [f"fg::sddmm32::sddmm_fp32_rows<{lanes}, {vw}, {tf32}>" for lanes, vw in _ROW_LAYOUTS
                           for tf32 in ("false", "true")])
 
@@ -78,10 +87,12 @@ def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, n_vectors: int, n_windo
     return x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)
 
 
-def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32") -> torch.Tensor:
+def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32", *,
+                     walk: bool | None = None) -> torch.Tensor:
     """(x @ y^T) on A's pattern on CUDA cores, in A's value layout [8 * n_vectors], fp32.
     x [n_rows, K], y [n_cols, K] float16/bfloat16/float32 (widened to float32). precision
-    "fp32" (exact), or "tf32" when ``tf32_on_cuda_cores``: inputs rounded to tf32 as read."""
+    "fp32" (exact), or "tf32" when ``tf32_on_cuda_cores``: inputs rounded to tf32 as read.
+    ``walk`` overrides the lane-per-vector kernel's choice (WALK_BELOW; same sums either way)."""
     if precision not in ("fp32", "tf32"):
         raise ValueError(f"sddmm_cuda_cores: precision must be fp32 or tf32, got {precision!r}")
     xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, torch.float32)
@@ -95,7 +106,10 @@ def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = 
         raise ValueError("sddmm_cuda_cores: tf32 takes only operands that tf32_on_cuda_cores accepts")
     else:
         vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
-        kernel = f"fg::sddmm32::sddmm_fp32<{'true' if vec else 'false'}>"
+        if walk is None:
+            walk = pattern_nnz(vec_mask) < WALK_BELOW * col_idx.numel()
+        walk = walk and vec
+        kernel = f"fg::sddmm32::sddmm_fp32<{str(vec).lower()}, {str(walk).lower()}>"
     launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
            xs.shape[0], kdim, k, ptr(xs), ptr(ys), ptr(out))
