@@ -34,7 +34,7 @@ TF32_LARGE_ON_CUDA_CORES_ABOVE = 32
 TF32_LARGE_VECTORS = 1 << 20
 # The lane-per-vector kernel walks each vector's set bits (WALK) on patterns of fewer than
 # WALK_BELOW nonzeros per vector, else it steps through every row any lane of the warp needs.
-# H100, session 16, K = 32, over sampled_addmm, rows -> walk: gemsec_fb_media (1.006 per vector)
+# H100, session 16, K = 32, over sampled_addmm, stepping -> walking: gemsec_fb_media (1.006 a vector)
 # 1.55x -> 2.06x, musae_facebook (1.010) 1.97x -> 2.27x, powerlaw_reddit 0.59x -> 0.71x,
 # powerlaw_products 1.04x -> 1.14x; but cora (1.08) 2.85x -> 2.76x and the squirrels (1.31)
 # 3.2x -> 2.6x. Real-graph geomean with this split: K = 32 3.24x -> 3.38x, K = 16 3.65x -> 3.73x.
