@@ -34,7 +34,7 @@ __device__ __forceinline__ u16 float_to_bf16(float f) {
 }
 
 // f rounded to tf32 (10 mantissa bits, nearest with ties away from zero), as raw bits: the
-// tensor cores' tf32 operand, and the tf32 inputs of the CUDA-core SDDMM.
+// tensor cores' tf32 operand.
 __device__ __forceinline__ u32 float_to_tf32(float f) {
     u32 r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
@@ -43,11 +43,13 @@ __device__ __forceinline__ u32 float_to_tf32(float f) {
 
 // tf32 on CUDA cores (ops/precision.py: inputs rounded to tf32, fp32 accumulation): products
 // of two tf32 values are exact in fp32, so the CUDA-core kernels round operands as they read
-// them.
+// them, with these.
+__device__ __forceinline__ float tf32_rounded(float f) { return __uint_as_float(float_to_tf32(f)); }
+
 template <int N>
 __device__ __forceinline__ void round_to_tf32(float (&v)[N]) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) v[e] = __uint_as_float(float_to_tf32(v[e]));
+    for (int e = 0; e < N; ++e) v[e] = tf32_rounded(v[e]);
 }
 
 // Element types as the kernels see them: 16-bit storage is raw bits (u16).

@@ -73,7 +73,7 @@ __device__ __forceinline__ void add_product(float* sum, float a, const float (&x
 template <bool TF32>
 __device__ __forceinline__ float load_value(const float* __restrict__ slot) {
     const float v = __ldg(slot);
-    return TF32 ? __uint_as_float(float_to_tf32(v)) : v;
+    return TF32 ? tf32_rounded(v) : v;
 }
 
 // Vector j of segment s (relative to its window): column, mask, the values of its real
