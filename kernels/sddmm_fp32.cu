@@ -111,25 +111,31 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
     }
 }
 
-// The coalesced kernel, for K in 33..256 in 16-byte loads (the kernel above, a lane per vector,
+// The coalesced kernel, for K up to 256 in 16-byte loads (the kernel above, a lane per vector,
 // reads y 16 bytes per lane and instruction, 32 rows per warp load: on graphs whose y does not
-// fit in L2 most of each DRAM sector is evicted before the next load uses it; the launcher,
-// flashgnn/_cuda/sddmm.py, has the measured split).
-// Lanes form 32 / L groups of L; a group reads one vector's row of y, VW features per lane, so
-// a warp load reads 32 / L whole rows. Each lane holds its VW features of the window's 8 rows
-// of x. Per step every group takes one vector of the batch (its column and mask shuffled from
-// the lane that loaded them), U steps of gathers in flight; for each row some group needs,
-// a lane forms its VW-feature partial dot product and the group adds its L partials by a
-// butterfly of shuffles (a fixed order: deterministic). Dot products go to a per-warp table of
-// the batch's 8 x 32 slots in shared memory, zeros included, which lane j then writes to
-// vector j's slots in the value layout.
+// fit in L2 most of each DRAM sector is evicted before the next load uses it, and where y stays
+// in L2 each load costs a wavefront per row; the launcher, flashgnn/_cuda/sddmm.py, has the
+// measured split). Lanes form 32 / L groups of L; a group reads one vector's row of y, VW
+// features per lane, so a warp load reads 32 / L whole rows. The warp stages the window's 8
+// rows of x in shared memory. Per step every group takes one vector of the batch (its column
+// and mask shuffled from the lane that loaded them), U steps of gathers in flight, and walks
+// that vector's set bits: for row r a lane forms its VW-feature partial dot product with x's
+// staged row r and the group adds its L partials by a butterfly of shuffles (a fixed order:
+// deterministic). A step thus costs as many row passes as its fullest vector has nonzeros.
+// Dot products go to a per-warp table of the batch's 8 x 32 slots in shared memory, zeros
+// included, which lane j then writes to vector j's slots in the value layout.
+// (The explicit minimum of 1 block per SM: without it ptxas held the 4-lane layouts to 48-56
+// registers and spilled.)
 template <int L, int VW, bool TF32>
-__global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
+__global__ void __launch_bounds__(32 * WARPS, 1) sddmm_fp32_rows(
         const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
         const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int n_rows,
         int kdim, int k, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out) {
+    static_assert(VW % 4 == 0, "x is staged and read in 16-byte groups");
     constexpr int GROUPS = 32 / L, STEPS = L, U = L < 32 / VW ? L : 32 / VW;  // 32 floats of y in flight
+    constexpr int XW = L * VW;  // features of a staged row of x
     __shared__ float results[WARPS][WINDOW * 32];  // [row][vector of the batch]: lanes hit distinct banks
+    __shared__ __align__(16) float staged[WARPS][WINDOW * XW];
     const i64 seg = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31;
@@ -137,23 +143,20 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
     const int f = (lane % L) * VW;
     const bool inside = f < kdim;
     float* res = results[threadIdx.x >> 5];
+    float* x_staged = staged[threadIdx.x >> 5];
     const i64 first = seg_first[seg];
     const int count = seg_count[seg];
     const i64 row0 = (i64)seg_window[seg] * WINDOW;
-    float xr[WINDOW][VW];
 #pragma unroll
-    for (int r = 0; r < WINDOW; ++r) {
-        if (inside && row0 + r < n_rows) {
-            fg::load_features<VW>(xr[r], x + (row0 + r) * kdim + f);
-        } else {
-#pragma unroll
-            for (int e = 0; e < VW; ++e) xr[r][e] = 0.f;
-        }
+    for (int e = 4 * lane; e < WINDOW * XW; e += 128) {  // 16 bytes a lane, zeros past K and n_rows
+        const int r = e / XW, c = e % XW;
+        float v[4] = {};
+        if (c < kdim && row0 + r < n_rows) fg::load_features<4>(v, x + (row0 + r) * kdim + c);
+        if constexpr (TF32) round_to_tf32(v);
+        *reinterpret_cast<float4*>(x_staged + e) = make_float4(v[0], v[1], v[2], v[3]);
     }
-    if constexpr (TF32) {
-#pragma unroll
-        for (int r = 0; r < WINDOW; ++r) round_to_tf32(xr[r]);
-    }
+    __syncwarp();
+    const float* xs = x_staged + f;  // this lane's features of row 0
     const float* y_lane = y + (inside ? f : 0);  // lanes past K gather features they never use
     for (int j0 = 0; j0 < count; j0 += 32) {
         const int j = j0 + lane;
@@ -177,19 +180,24 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32_rows(
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const u32 rows = GROUPS == 1 ? mu[u] : fg::warp_or(mu[u]);  // rows any group needs
+                // a pass per set bit of the fullest vector, the warp in step (a group whose
+                // vector has no bit left computes and drops a product): no divergence
+                for (u32 m = mu[u]; __any_sync(ALL_LANES, m != 0); m &= m - 1) {
+                    const int r = m == 0 ? 0 : __ffs(m) - 1;
+                    float p = 0.f;
+                    if (inside) {
 #pragma unroll
-                for (int r = 0; r < WINDOW; ++r) {
-                    if ((rows >> r) & 1) {  // the same in every lane: no divergence
-                        float p = 0.f;
-                        if (inside) {
-#pragma unroll
-                            for (int e = 0; e < VW; ++e) p = fmaf(xr[r][e], yu[u][e], p);
+                        for (int e = 0; e < VW; e += 4) {
+                            const float4 w = *reinterpret_cast<const float4*>(xs + r * XW + e);
+                            p = fmaf(w.x, yu[u][e], p);
+                            p = fmaf(w.y, yu[u][e + 1], p);
+                            p = fmaf(w.z, yu[u][e + 2], p);
+                            p = fmaf(w.w, yu[u][e + 3], p);
                         }
-#pragma unroll
-                        for (int offset = 1; offset < L; offset <<= 1) p += __shfl_xor_sync(ALL_LANES, p, offset);
-                        if (lane % L == 0 && ((mu[u] >> r) & 1)) res[r * 32 + src[u]] = p;
                     }
+#pragma unroll
+                    for (int offset = 1; offset < L; offset <<= 1) p += __shfl_xor_sync(ALL_LANES, p, offset);
+                    if (m != 0 && lane % L == 0) res[r * 32 + src[u]] = p;
                 }
             }
         }

@@ -56,9 +56,15 @@ def main() -> None:
                         x = torch.randn(900, n, device="cuda")
                         spmm_fp32(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, seg_vectors=64,
                                   variant=variant, precision=p)
-                # the lane-per-vector SDDMM (K = 32), walking set bits or stepping rows
+                # every layout of the rows SDDMM, fp32 and tf32; the lane-per-vector SDDMM (K = 32,
+                # x not 16-byte aligned), walking set bits or stepping rows
+                for n in (16, 32, 64, 128, 256):
+                    for p in ("fp32", "tf32"):
+                        sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, torch.randn(61, n, device="cuda"),
+                                         torch.randn(900, n, device="cuda"), k, p)
                 for walk in (True, False):
-                    sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, torch.randn(61, 32, device="cuda"),
+                    sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask,
+                                     torch.randn(61 * 32 + 1, device="cuda")[1:].view(61, 32),
                                      torch.randn(900, 32, device="cuda"), k, walk=walk)
                 continue
             for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4)]:

@@ -126,15 +126,19 @@ def test_gradients_match_cpu_and_float64(precision):
     assert rel_err(dy_gpu, s.T @ x.double().numpy()) <= BOUND[precision]
 
 
+@pytest.mark.parametrize("k_dim", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("name", [HUB, "square_61x61"] + real_matrix_names()[:2])
-def test_tf32_on_cuda_cores_matches_cpu_emulation(name):
-    # K above TF32_ON_CUDA_CORES_ABOVE: tf32 runs on CUDA cores, inputs rounded as read
+def test_tf32_on_cuda_cores_matches_cpu_emulation(name, k_dim, monkeypatch):
+    # every layout of the rows kernel, inputs rounded as read: K = 256 above
+    # TF32_ON_CUDA_CORES_ABOVE, the others as on a large graph of short windows
+    if k_dim <= cuda_sddmm.TF32_ON_CUDA_CORES_ABOVE:
+        monkeypatch.setattr(cuda_sddmm, "TF32_LARGE_VECTORS", 1)
+        monkeypatch.setattr(cuda_sddmm, "column_ordered", lambda n_vectors, n_windows: False)
     n_rows, n_cols = matrix(name).shape
-    k_dim = cuda_sddmm.TF32_ON_CUDA_CORES_ABOVE + 128
     x, y = dense(n_rows, k_dim, name, "tf32 x"), dense(n_cols, k_dim, name, "tf32 y")
     x_dev, y_dev = x.to(DEVICE), y.to(DEVICE)
     fmt = mebcrs(name, 4, DEVICE)
-    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev, fmt.n_vectors, fmt.n_windows)
+    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev, fmt.vec_mask, fmt.n_windows)
     gpu = sddmm(fmt, x_dev, y_dev, "tf32")
     cpu = sddmm(mebcrs(name, 4, "cpu"), x, y, "tf32")
     assert rel_err(gpu, cpu) <= EMULATION_BOUND
@@ -144,10 +148,13 @@ def test_tf32_on_cuda_cores_matches_cpu_emulation(name):
 @pytest.mark.parametrize("k_dim", [32, 300])
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:3])
 def test_fp32_lane_per_vector_kernel_walks_set_bits_or_steps_rows_to_the_same_bits(name, k_dim):
-    # K = 32 and 300 (chunks of 64): the lane-per-vector kernel, either path
+    # the lane-per-vector kernel, either path: K = 300 (chunks of 64), and K = 32 with x not
+    # 16-byte aligned (the rows kernel takes aligned operands up to K = 256)
     fmt = mebcrs(name, 8, DEVICE)
     x, y = dense(fmt.n_rows, k_dim, name, "walk x"), dense(fmt.n_cols, k_dim, name, "walk y")
-    walked, stepped = (cuda_sddmm.sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, x.to(DEVICE),
+    x_dev = torch.empty(x.numel() + 1, device=DEVICE)[1:].view_as(x).copy_(x)
+    assert not cuda_sddmm._rows_kernel(x_dev, y.to(DEVICE))
+    walked, stepped = (cuda_sddmm.sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, x_dev,
                                                     y.to(DEVICE), 8, walk=walk) for walk in (True, False))
     assert torch.equal(walked, stepped)
     assert rel_err(walked[fmt.perm], reference(name, x, y)) <= BOUND["fp32"]

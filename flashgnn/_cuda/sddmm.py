@@ -12,32 +12,38 @@ from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
 SOURCE = register("sddmm.cu", list(_KERNEL.values()))
-# (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features
-_ROW_LAYOUTS = ((16, 4), (32, 4), (32, 8))
-# K (exclusive, inclusive) that takes sddmm_fp32_rows when K is a multiple of 4 and x and y are
-# 16-byte aligned. H100, 33 real and 2 generated graphs, geomean over sampled_addmm, lane per
-# vector -> rows (session 15): K = 64 2.32x -> 2.58x, K = 128 1.85x -> 2.27x (the 60M-nonzero
-# graph 0.66x -> 1.13x); K = 32 3.06x -> 3.01x, so narrower K keeps the lane per vector.
-_ROWS_KERNEL_K = (32, 256)
+# (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
+# K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
+# against 3.38x (H100, session 17).
+_ROW_LAYOUTS = ((4, 4), (4, 8), (16, 4), (32, 4), (32, 8))
+# sddmm_fp32_rows takes every fp32 SDDMM with K a multiple of 4 up to 256 and x and y 16-byte
+# aligned; the lane-per-vector kernel the rest. H100, session 17, 33 real graphs, geomean over
+# sampled_addmm, before (lane-per-vector up to K = 32, rows stepping through every row any
+# group needs above) -> rows walking set bits: K = 16 3.70x -> 3.87x, K = 32 3.36x -> 3.72x,
+# K = 64 2.66x -> 2.80x, K = 128 2.32x -> 2.87x; powerlaw_reddit 0.72x / 0.87x / 1.04x ->
+# 0.93x / 1.31x / 1.80x at K = 32 / 64 / 128.
+ROWS_KERNEL_MAX_K = 256
 # tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores above
-# TF32_ON_CUDA_CORES_ABOVE, and above TF32_LARGE_ON_CUDA_CORES_ABOVE on graphs of at least
-# TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is far
-# larger than L2 and each window's rows are few, so the tensor cores' gather, 16 bytes of 4
-# rows per quarter-warp, wastes most DRAM sectors while the rows kernel reads whole rows.
-# Geomean over sampled_addmm (same 35 graphs; session 15), tensor cores -> rows: K = 256 1.90x
-# -> 2.65x (tensor cores ahead on 5 graphs by up to 7%), K = 128 2.32x -> 2.26x; on the
-# 60M-nonzero graph (200 vectors a window) 0.84x / 0.74x / 0.70x -> 1.16x / 1.13x / 1.14x at
-# K = 64 / 128 / 256, on the 85M one (2900 a window, column-ordered) 1.28x / 1.48x -> 0.86x /
-# 1.04x at K = 64 / 128.
+# TF32_ON_CUDA_CORES_ABOVE; on patterns of fewer than TF32_SPARSE_BELOW nonzeros per vector
+# (the tensor cores' 8x1 tiles then mostly multiply zeros); and on graphs of at least
+# TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered), where y is far
+# larger than L2 and the tensor cores' gather, 16 bytes of 4 rows per quarter-warp, wastes most
+# DRAM sectors while the rows kernel reads whole rows. H100, session 17, tensor cores against
+# the walking rows kernel (fp32 figures; tf32 rounding costs the rows kernel 0-5%), real-graph
+# geomean over sampled_addmm at K = 16 / 32 / 64 / 128 / 256: 4.09x / 3.78x / 2.99x / 2.42x /
+# 2.41x against 4.36x / 4.26x / 3.42x / 2.95x / 2.97x, but the tensor cores stay ahead on graphs
+# of 1.1+ nonzeros per vector up to K = 128 (wiki_crocodile, 1.105, K = 64: 4.76x against 4.05x;
+# the squirrels, 1.31: 2.95x against 2.45x); the 60M-nonzero graph 1.05x / 1.00x / 1.13x /
+# 1.02x / 1.06x -> 1.27x / 1.49x / 1.36x / 1.22x / 1.12x (tf32 on the rows kernel).
 TF32_ON_CUDA_CORES_ABOVE = 128
-TF32_LARGE_ON_CUDA_CORES_ABOVE = 32
+TF32_SPARSE_BELOW = 1.1
 TF32_LARGE_VECTORS = 1 << 20
-# The lane-per-vector kernel walks each vector's set bits (WALK) on patterns of fewer than
-# WALK_BELOW nonzeros per vector, else it steps through every row any lane of the warp needs.
-# H100, session 16, K = 32, over sampled_addmm, stepping -> walking: gemsec_fb_media (1.006 a vector)
-# 1.55x -> 2.06x, musae_facebook (1.010) 1.97x -> 2.27x, powerlaw_reddit 0.59x -> 0.71x,
-# powerlaw_products 1.04x -> 1.14x; but cora (1.08) 2.85x -> 2.76x and the squirrels (1.31)
-# 3.2x -> 2.6x. Real-graph geomean with this split: K = 32 3.24x -> 3.38x, K = 16 3.65x -> 3.73x.
+# The lane-per-vector kernel (K not a multiple of 4, or above 256) walks each vector's set bits
+# (WALK) on patterns of fewer than WALK_BELOW nonzeros per vector, else it steps through every
+# row any lane of the warp needs. H100, session 16, K = 32, over sampled_addmm, stepping ->
+# walking: gemsec_fb_media (1.006 a vector) 1.55x -> 2.06x, musae_facebook (1.010) 1.97x ->
+# 2.27x, powerlaw_reddit 0.59x -> 0.71x, powerlaw_products 1.04x -> 1.14x; but cora (1.08)
+# 2.85x -> 2.76x and the squirrels (1.31) 3.2x -> 2.6x.
 WALK_BELOW = 1.05
 SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}, {walk}>"
                                          for vec, walk in (("true", "true"), ("true", "false"), ("false", "false"))]
@@ -69,22 +75,25 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
 
 
 def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:
-    """Whether sddmm_fp32_rows takes these fp32 operands: K in its range, a multiple of 4,
-    x and y 16-byte aligned."""
+    """Whether sddmm_fp32_rows takes these fp32 operands: K at most ROWS_KERNEL_MAX_K and a
+    multiple of 4, x and y 16-byte aligned."""
     kdim = xs.shape[1]
-    return (_ROWS_KERNEL_K[0] < kdim <= _ROWS_KERNEL_K[1] and kdim % 4 == 0
+    return (kdim <= ROWS_KERNEL_MAX_K and kdim % 4 == 0
             and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0)
 
 
-def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, n_vectors: int, n_windows: int) -> bool:
-    """Whether a tf32 SDDMM of x and y on a pattern of ``n_vectors`` vectors in ``n_windows``
-    windows runs on CUDA cores (sddmm_cuda_cores) rather than on tensor cores. Reads only
-    shapes and addresses; fp32 operands as they are stored."""
-    kdim = x.shape[1]
-    large = n_vectors >= TF32_LARGE_VECTORS and not column_ordered(n_vectors, n_windows)
-    if kdim <= (TF32_LARGE_ON_CUDA_CORES_ABOVE if large else TF32_ON_CUDA_CORES_ABOVE):
+def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, vec_mask: torch.Tensor, n_windows: int) -> bool:
+    """Whether a tf32 SDDMM of x and y on the pattern of ``vec_mask`` (uint8 [n_vectors]) in
+    ``n_windows`` windows runs on CUDA cores (sddmm_cuda_cores) rather than on tensor cores.
+    fp32 operands as they are stored; reads no device memory (pattern_nnz)."""
+    if not (x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)):
         return False
-    return x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)
+    n_vectors = vec_mask.numel()
+    if x.shape[1] > TF32_ON_CUDA_CORES_ABOVE:
+        return True
+    if n_vectors >= TF32_LARGE_VECTORS and not column_ordered(n_vectors, n_windows):
+        return True
+    return pattern_nnz(vec_mask) < TF32_SPARSE_BELOW * n_vectors
 
 
 def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32", *,

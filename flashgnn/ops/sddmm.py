@@ -20,12 +20,12 @@ def _sddmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Ten
            t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
            t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
     """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (CUDA cores for
-    fp32 and for tf32 at large K, tensor cores otherwise), else the reference. The A^T
+    fp32 and where ``tf32_on_cuda_cores``, tensor cores otherwise), else the reference. The A^T
     tensors are only for the backward."""
     if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
     if precision == "fp32" or (precision == "tf32" and cuda_sddmm.tf32_on_cuda_cores(
-            x, y, col_idx.numel(), row_ptr.numel() - 1)):
+            x, y, vec_mask, row_ptr.numel() - 1)):
         return cuda_sddmm.sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k, precision)
     return cuda_sddmm.sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
