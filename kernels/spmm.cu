@@ -20,7 +20,11 @@
 // and f0 + 4g + 2i + 1 as its row g + 8; for 16-bit operands the pairs are regrouped with byte
 // permutes (2 features x 2 vectors per lane); tf32 rows are read a quarter-warp per vector and
 // handed to lane (g, t) by shuffles (Batch<TF32>). The accumulators then hold, for rows 2t and
-// 2t + 1 of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too.
+// 2t + 1 of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too. Launches
+// whose rows are aligned and whose N is a multiple of the chunk run a second instance of the
+// loop (multiply_run<WHOLE>) without per-gather checks: 74 instructions per batch instead of
+// 180 (fp16, LF = 4), where the loop is partly issue-bound (ncu, musae_github, N = 32: 0.57
+// issued per cycle and scheduler, 36% occupancy).
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
 // and the window's rows are the sum of its partials in segment order, so the result is
@@ -161,6 +165,26 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
     }
 }
 
+// Gathers the E features of row cols[j] of x at src = x + (this lane's first feature) into
+// words, or zeros when !in. WHOLE: the launch's rows are aligned and every lane's E features lie
+// inside N, so the load is one vector load and its address one 32 x 32-bit wide multiply-add
+// (mad.wide.u32, which the C++ expression under the predicate did not compile to); else
+// load_group's checked path.
+template <bool WHOLE, typename T, int E>
+__device__ __forceinline__ void gather(u32 (&words)[E * sizeof(T) / 4], const T* src, const int* cols, int j, bool in,
+                                       int n, int valid, bool aligned) {
+    if (!in) {
+#pragma unroll
+        for (int i = 0; i < E * (int)sizeof(T) / 4; ++i) words[i] = 0;
+    } else if constexpr (WHOLE) {
+        const T* row;
+        asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(row) : "r"(cols[j]), "r"((u32)(n * sizeof(T))), "l"(src));
+        load_group<T, E>(words, row, E, true);
+    } else {
+        load_group<T, E>(words, src + (i64)cols[j] * n, valid, aligned);
+    }
+}
+
 // The gathered rows and sparse operands of one lane for a batch of VECTORS vectors in STEPS
 // MMA steps (32 bytes of X per lane for 16-bit types, 64 for fp32, whatever LF), and their MMAs.
 // fp16 / bf16, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step of 8.
@@ -170,6 +194,7 @@ struct Batch {
     u32 xw[STEPS][2][TILES];
     u32 b[STEPS];
 
+    template <bool WHOLE>
     __device__ __forceinline__ void load(const u16* x, const int* cols, const u32* vals, int j0, int count,
                                          const WarpWork& w, int n, bool aligned) {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -178,12 +203,7 @@ struct Batch {
             const int j = j0 + 8 * s + 2 * t;
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                if (j + q < count) {
-                    load_group<u16, LF>(xw[s][q], x + (i64)cols[j + q] * n + w.f0, n - w.f0, aligned);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < TILES; ++i) xw[s][q][i] = 0;
-                }
+                gather<WHOLE, u16, LF>(xw[s][q], x + w.f0, cols, j + q, j + q < count, n, n - w.f0, aligned);
             }
             b[s] = j < count ? vals[staged_word<u16>(j, g)] : 0;
         }
@@ -214,6 +234,7 @@ struct Batch<TF32, LF> {
     u32 xw[STEPS][LF];
     u32 b[STEPS];
 
+    template <bool WHOLE>
     __device__ __forceinline__ void load(const float* x, const int* cols, const u32* vals, int j0, int count,
                                          const WarpWork& w, int n, bool aligned) {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, c = lane >> 3;
@@ -221,12 +242,7 @@ struct Batch<TF32, LF> {
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
             const int jc = j0 + 4 * s + c, j = j0 + 4 * s + t;
-            if (jc < count) {
-                load_group<float, LF>(xw[s], x + (i64)cols[jc] * n + f, n - f, aligned);
-            } else {
-#pragma unroll
-                for (int i = 0; i < LF; ++i) xw[s][i] = 0;
-            }
+            gather<WHOLE, float, LF>(xw[s], x + f, cols, jc, jc < count, n, n - f, aligned);
             b[s] = j < count ? vals[staged_word<u32>(j, g)] : 0;
         }
     }
@@ -368,6 +384,26 @@ __device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, f
     }
 }
 
+// acc += the products of vectors begin .. end of the staged segment (cols, words) with their
+// rows of x, three batches of gathers in flight.
+template <int P, int LF, bool WHOLE>
+__device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const typename Operand<P>::Tag::T* x,
+                                             const int* cols, const u32* words, int begin, int end,
+                                             const WarpWork& w, int n, bool aligned) {
+    constexpr int VECTORS = Batch<P, LF>::VECTORS;
+    Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
+    b0.template load<WHOLE>(x, cols, words, begin, end, w, n, aligned);
+    b1.template load<WHOLE>(x, cols, words, begin + VECTORS, end, w, n, aligned);
+    for (int j0 = begin; j0 < end; j0 += 3 * VECTORS) {
+        b2.template load<WHOLE>(x, cols, words, j0 + 2 * VECTORS, end, w, n, aligned);
+        b0.mma(acc);
+        b0.template load<WHOLE>(x, cols, words, j0 + 3 * VECTORS, end, w, n, aligned);
+        b1.mma(acc);
+        b1.template load<WHOLE>(x, cols, words, j0 + 4 * VECTORS, end, w, n, aligned);
+        b2.mma(acc);
+    }
+}
+
 // Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
 // lane, 7 at 8, 6 for tf32 at 8, which spills below 80 registers. The loop waits on gathers, so
 // resident warps matter: at 70 registers (7 blocks) it was 9% slower on an H100 (powerlaw_products,
@@ -390,7 +426,6 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
     if (w.seg >= 0) stage_segment<P, K>(a, w, cols, vals);
     __syncthreads();
-    constexpr int VECTORS = Batch<P, LF>::VECTORS;
     float acc[LF / 2][4] = {};
     if (w.computes) {
         // this warp's run of the segment: contiguous, starting on a multiple of 16 vectors, so
@@ -398,16 +433,10 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
         const int run = ((w.count + a.ways - 1) / a.ways + 15) & ~15;
         const int begin = w.way * run, end = min(begin + run, w.count);
         const u32* words = reinterpret_cast<const u32*>(vals);
-        Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
-        b0.load(x, cols, words, begin, end, w, a.n, a.aligned);
-        b1.load(x, cols, words, begin + VECTORS, end, w, a.n, a.aligned);
-        for (int j0 = begin; j0 < end; j0 += 3 * VECTORS) {
-            b2.load(x, cols, words, j0 + 2 * VECTORS, end, w, a.n, a.aligned);
-            b0.mma(acc);
-            b0.load(x, cols, words, j0 + 3 * VECTORS, end, w, a.n, a.aligned);
-            b1.mma(acc);
-            b1.load(x, cols, words, j0 + 4 * VECTORS, end, w, a.n, a.aligned);
-            b2.mma(acc);
+        if (a.aligned && a.n % (8 * LF) == 0) {  // the same in every warp
+            multiply_run<P, LF, true>(acc, x, cols, words, begin, end, w, a.n, true);
+        } else {
+            multiply_run<P, LF, false>(acc, x, cols, words, begin, end, w, a.n, a.aligned);
         }
     }
     // read again rather than kept in registers through the loop (min_blocks' register bound)
