@@ -8,7 +8,8 @@
 // The K order inside a chunk is free, so lane (g, t) loads a run of consecutive features of
 // vectors g and g + 8 and of window row g with 16-byte loads, and MMA s takes the s-th pair (or
 // element) of each run. The window rows' first chunk is loaded once per segment, and two groups
-// of 16 vectors are gathered together.
+// of 16 vectors are gathered together. WHOLE launches (rows aligned, K a multiple of the chunk)
+// gather without per-load checks (gather in mma.cuh).
 #include "mma.cuh"
 
 namespace fg {
@@ -58,7 +59,7 @@ template <> struct SddmmChunk<TF32> {
 };
 
 // Dynamic shared memory: seg_vectors column indices and vector masks per warp.
-template <int P>
+template <int P, bool WHOLE>
 __global__ void __launch_bounds__(128) sddmm_kernel(
     const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
     u32 x0[4] = {};
     if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
     for (int j0 = 0; j0 < count; j0 += 16 * GROUPS) {
-        i64 col[GROUPS][2];
+        int col[GROUPS][2];
 #pragma unroll
         for (int h = 0; h < 2 * GROUPS; ++h) {
             const int j = j0 + 8 * h + g;
@@ -95,12 +96,12 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
         for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
             const int f0 = c + t * Chunk::RUN;
             const int valid = kdim - f0;
-            u32 yv[GROUPS][2][4] = {}, xr[4] = {};
+            u32 yv[GROUPS][2][4], xr[4] = {};
 #pragma unroll
             for (int q = 0; q < GROUPS; ++q) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if (col[q][h] >= 0) load_group<T, Chunk::RUN>(yv[q][h], y + col[q][h] * kdim + f0, valid, aligned);
+                    gather<WHOLE, T, Chunk::RUN>(yv[q][h], y + f0, col[q][h], col[q][h] >= 0, kdim, valid, aligned);
                 }
             }
             if (c == 0) {

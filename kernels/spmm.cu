@@ -165,26 +165,6 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
     }
 }
 
-// Gathers the E features of row cols[j] of x at src = x + (this lane's first feature) into
-// words, or zeros when !in. WHOLE: the launch's rows are aligned and every lane's E features lie
-// inside N, so the load is one vector load and its address one 32 x 32-bit wide multiply-add
-// (mad.wide.u32, which the C++ expression under the predicate did not compile to); else
-// load_group's checked path.
-template <bool WHOLE, typename T, int E>
-__device__ __forceinline__ void gather(u32 (&words)[E * sizeof(T) / 4], const T* src, const int* cols, int j, bool in,
-                                       int n, int valid, bool aligned) {
-    if (!in) {
-#pragma unroll
-        for (int i = 0; i < E * (int)sizeof(T) / 4; ++i) words[i] = 0;
-    } else if constexpr (WHOLE) {
-        const T* row;
-        asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(row) : "r"(cols[j]), "r"((u32)(n * sizeof(T))), "l"(src));
-        load_group<T, E>(words, row, E, true);
-    } else {
-        load_group<T, E>(words, src + (i64)cols[j] * n, valid, aligned);
-    }
-}
-
 // The gathered rows and sparse operands of one lane for a batch of VECTORS vectors in STEPS
 // MMA steps (32 bytes of X per lane for 16-bit types, 64 for fp32, whatever LF), and their MMAs.
 // fp16 / bf16, m16n8k8: lane (g, t) gathers vectors 2t and 2t + 1 of each step of 8.
@@ -203,7 +183,8 @@ struct Batch {
             const int j = j0 + 8 * s + 2 * t;
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                gather<WHOLE, u16, LF>(xw[s][q], x + w.f0, cols, j + q, j + q < count, n, n - w.f0, aligned);
+                const bool in = j + q < count;
+                gather<WHOLE, u16, LF>(xw[s][q], x + w.f0, in ? cols[j + q] : 0, in, n, n - w.f0, aligned);
             }
             b[s] = j < count ? vals[staged_word<u16>(j, g)] : 0;
         }
@@ -242,7 +223,7 @@ struct Batch<TF32, LF> {
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
             const int jc = j0 + 4 * s + c, j = j0 + 4 * s + t;
-            gather<WHOLE, float, LF>(xw[s], x + f, cols, jc, jc < count, n, n - f, aligned);
+            gather<WHOLE, float, LF>(xw[s], x + f, jc < count ? cols[jc] : 0, jc < count, n, n - f, aligned);
             b[s] = j < count ? vals[staged_word<u32>(j, g)] : 0;
         }
     }

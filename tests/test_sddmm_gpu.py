@@ -129,16 +129,14 @@ def test_gradients_match_cpu_and_float64(precision):
 @pytest.mark.parametrize("k_dim", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("name", [HUB, "square_61x61"] + real_matrix_names()[:2])
 def test_tf32_on_cuda_cores_matches_cpu_emulation(name, k_dim, monkeypatch):
-    # every layout of the rows kernel, inputs rounded as read: K = 256 above
-    # TF32_ON_CUDA_CORES_ABOVE, the others as on a large graph of short windows
-    if k_dim <= cuda_sddmm.TF32_ON_CUDA_CORES_ABOVE:
-        monkeypatch.setattr(cuda_sddmm, "TF32_LARGE_VECTORS", 1)
-        monkeypatch.setattr(cuda_sddmm, "column_ordered", lambda n_vectors, n_windows: False)
+    # every layout of the rows kernel, inputs rounded as read, as on a large graph of short windows
+    monkeypatch.setattr(cuda_sddmm, "TF32_LARGE_VECTORS", 1)
+    monkeypatch.setattr(cuda_sddmm, "column_ordered", lambda n_vectors, n_windows: False)
     n_rows, n_cols = matrix(name).shape
     x, y = dense(n_rows, k_dim, name, "tf32 x"), dense(n_cols, k_dim, name, "tf32 y")
     x_dev, y_dev = x.to(DEVICE), y.to(DEVICE)
     fmt = mebcrs(name, 4, DEVICE)
-    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev, fmt.vec_mask, fmt.n_windows)
+    assert cuda_sddmm.tf32_on_cuda_cores(x_dev, y_dev, fmt.n_vectors, fmt.n_windows)
     gpu = sddmm(fmt, x_dev, y_dev, "tf32")
     cpu = sddmm(mebcrs(name, 4, "cpu"), x, y, "tf32")
     assert rel_err(gpu, cpu) <= EMULATION_BOUND

@@ -196,24 +196,19 @@ def test_tf32_spmm_on_cuda_cores_at_n_32_on_1m_vector_graphs():
     assert not on_cores(32, 2**20, torch.float16)
 
 
-def test_tf32_sddmm_on_cuda_cores_above_k_128_on_sparse_vectors_and_on_large_short_window_graphs():
+def test_tf32_sddmm_on_cuda_cores_on_large_short_window_graphs():
     from flashgnn._cuda.sddmm import tf32_on_cuda_cores
 
-    def on_cores(k_dim, n_vectors, n_windows, per_vector=2, dtype=torch.float32, offset=0):
+    def on_cores(k_dim, n_vectors, n_windows, dtype=torch.float32, offset=0):
         x = torch.zeros(8 * k_dim + offset, dtype=dtype)[offset:].view(8, k_dim)
-        mask = torch.full((n_vectors,), 1 if per_vector == 1 else 3, dtype=torch.uint8)  # 1 or 2 rows set
-        return tf32_on_cuda_cores(x, x, mask, n_windows)
+        return tf32_on_cuda_cores(x, x, n_vectors, n_windows)
 
-    assert on_cores(256, 1000, 100) and on_cores(132, 1000, 100)
-    assert not on_cores(128, 1000, 100) and not on_cores(4, 1000, 100)
-    assert on_cores(128, 1000, 100, per_vector=1) and on_cores(4, 1000, 100, per_vector=1)
-    assert on_cores(64, 2**20, 2**14) and on_cores(4, 2**20, 2**14)  # 64 vectors a window
+    assert on_cores(4, 2**20, 2**14) and on_cores(128, 2**20, 2**14) and on_cores(256, 2**20, 2**14)  # 64 a window
+    assert not on_cores(128, 2**20 - 1, 2**14) and not on_cores(256, 1000, 100)
     assert not on_cores(128, 2**20, 2**10)  # 1024 a window: column-ordered segments
-    assert on_cores(128, 2**20, 2**10, per_vector=1)
-    assert not on_cores(256 + 4, 1000, 100, per_vector=1)  # beyond the rows kernel
-    assert not on_cores(32, 1000, 100, per_vector=1, dtype=torch.float16)
-    assert not on_cores(34, 1000, 100, per_vector=1)  # 16-byte loads
-    assert not on_cores(32, 1000, 100, per_vector=1, offset=1)
+    assert not on_cores(256 + 4, 2**20, 2**14)  # beyond the rows kernel
+    assert not on_cores(32, 2**20, 2**14, dtype=torch.float16)
+    assert not on_cores(34, 2**20, 2**14) and not on_cores(32, 2**20, 2**14, offset=1)  # 16-byte loads
 
 
 def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():

@@ -10,8 +10,10 @@ from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
 from .spmm import STORAGE, WARPS_PER_BLOCK
 
-_KERNEL = {"fp16": "fg::sddmm_kernel<0>", "bf16": "fg::sddmm_kernel<1>", "tf32": "fg::sddmm_kernel<2>"}
-SOURCE = register("sddmm.cu", list(_KERNEL.values()))
+_PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
+_CHUNK_FEATURES = {"fp16": 32, "bf16": 32, "tf32": 16}  # K per chunk of sddmm_kernel (4 MMAs)
+SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{p}, {whole}>" for p in _PRECISION_INDEX.values()
+                               for whole in ("false", "true")])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
 # against 3.38x (H100, session 17).
@@ -23,20 +25,16 @@ _ROW_LAYOUTS = ((4, 4), (4, 8), (16, 4), (32, 4), (32, 8))
 # K = 64 2.66x -> 2.80x, K = 128 2.32x -> 2.87x; powerlaw_reddit 0.72x / 0.87x / 1.04x ->
 # 0.93x / 1.31x / 1.80x at K = 32 / 64 / 128.
 ROWS_KERNEL_MAX_K = 256
-# tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores above
-# TF32_ON_CUDA_CORES_ABOVE; on patterns of fewer than TF32_SPARSE_BELOW nonzeros per vector
-# (the tensor cores' 8x1 tiles then mostly multiply zeros); and on graphs of at least
-# TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered), where y is far
-# larger than L2 and the tensor cores' gather, 16 bytes of 4 rows per quarter-warp, wastes most
-# DRAM sectors while the rows kernel reads whole rows. H100, session 17, tensor cores against
-# the walking rows kernel (fp32 figures; tf32 rounding costs the rows kernel 0-5%), real-graph
-# geomean over sampled_addmm at K = 16 / 32 / 64 / 128 / 256: 4.09x / 3.78x / 2.99x / 2.42x /
-# 2.41x against 4.36x / 4.26x / 3.42x / 2.95x / 2.97x, but the tensor cores stay ahead on graphs
-# of 1.1+ nonzeros per vector up to K = 128 (wiki_crocodile, 1.105, K = 64: 4.76x against 4.05x;
-# the squirrels, 1.31: 2.95x against 2.45x); the 60M-nonzero graph 1.05x / 1.00x / 1.13x /
-# 1.02x / 1.06x -> 1.27x / 1.49x / 1.36x / 1.22x / 1.12x (tf32 on the rows kernel).
-TF32_ON_CUDA_CORES_ABOVE = 128
-TF32_SPARSE_BELOW = 1.1
+# tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores on graphs of
+# at least TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is
+# far larger than L2 and the tensor cores' gather, 16 bytes of 4 rows per quarter-warp, wastes
+# most DRAM sectors while the rows kernel reads whole rows. H100, session 17, tensor cores
+# (gathers without per-load checks) against the walking rows kernel, real-graph geomean over
+# sampled_addmm at K = 16 / 32 / 64 / 128 / 256: 4.40x / 4.57x / 4.17x / 3.85x / 3.44x against
+# 4.02x / 4.03x / 3.20x / 2.77x / 2.83x; the 60M-nonzero graph (200 vectors a window) 1.26x /
+# 1.17x / 0.92x / 0.77x / 0.71x against 1.27x / 1.49x / 1.36x / 1.22x / 1.12x; the 85M one
+# (2900 a window, column-ordered) 0.91x / 1.05x / 1.69x / 1.88x / 1.91x against 0.93x / 1.00x /
+# 1.38x / 1.63x / 1.74x.
 TF32_LARGE_VECTORS = 1 << 20
 # The lane-per-vector kernel (K not a multiple of 4, or above 256) walks each vector's set bits
 # (WALK) on patterns of fewer than WALK_BELOW nonzeros per vector, else it steps through every
@@ -67,7 +65,9 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
         return out
     kdim = xs.shape[1]
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
-    launch(SOURCE, _KERNEL[precision], x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+    whole = aligned and kdim % _CHUNK_FEATURES[precision] == 0
+    kernel = f"fg::sddmm_kernel<{_PRECISION_INDEX[precision]}, {str(whole).lower()}>"
+    launch(SOURCE, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
            seg.n_segments, seg.seg_vectors, x.shape[0], kdim, k, aligned, ptr(out), ptr(xs), ptr(ys),
            shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector
@@ -82,18 +82,13 @@ def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:
             and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0)
 
 
-def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, vec_mask: torch.Tensor, n_windows: int) -> bool:
-    """Whether a tf32 SDDMM of x and y on the pattern of ``vec_mask`` (uint8 [n_vectors]) in
-    ``n_windows`` windows runs on CUDA cores (sddmm_cuda_cores) rather than on tensor cores.
-    fp32 operands as they are stored; reads no device memory (pattern_nnz)."""
-    if not (x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)):
+def tf32_on_cuda_cores(x: torch.Tensor, y: torch.Tensor, n_vectors: int, n_windows: int) -> bool:
+    """Whether a tf32 SDDMM of x and y on a pattern of ``n_vectors`` vectors in ``n_windows``
+    windows runs on CUDA cores (sddmm_cuda_cores) rather than on tensor cores. Reads only
+    shapes and addresses; fp32 operands as they are stored."""
+    if n_vectors < TF32_LARGE_VECTORS or column_ordered(n_vectors, n_windows):
         return False
-    n_vectors = vec_mask.numel()
-    if x.shape[1] > TF32_ON_CUDA_CORES_ABOVE:
-        return True
-    if n_vectors >= TF32_LARGE_VECTORS and not column_ordered(n_vectors, n_windows):
-        return True
-    return pattern_nnz(vec_mask) < TF32_SPARSE_BELOW * n_vectors
+    return x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous() and _rows_kernel(x, y)
 
 
 def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = "fp32", *,
@@ -116,7 +111,7 @@ def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = 
     else:
         vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
         if walk is None:
-            walk = pattern_nnz(vec_mask) < WALK_BELOW * col_idx.numel()
+            walk = vec and pattern_nnz(vec_mask) < WALK_BELOW * col_idx.numel()
         walk = walk and vec
         kernel = f"fg::sddmm32::sddmm_fp32<{str(vec).lower()}, {str(walk).lower()}>"
     launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),

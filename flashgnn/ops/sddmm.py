@@ -25,7 +25,7 @@ def _sddmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Ten
     if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
     if precision == "fp32" or (precision == "tf32" and cuda_sddmm.tf32_on_cuda_cores(
-            x, y, vec_mask, row_ptr.numel() - 1)):
+            x, y, col_idx.numel(), row_ptr.numel() - 1)):
         return cuda_sddmm.sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k, precision)
     return cuda_sddmm.sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
