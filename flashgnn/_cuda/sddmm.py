@@ -1,5 +1,6 @@
 """Launchers of the SDDMM kernels: tensor cores (kernels/sddmm.cu) for fp16, bf16 and tf32, CUDA
-cores (kernels/sddmm_fp32.cu) for the exact fp32 path and for tf32 at large K."""
+cores (kernels/sddmm_fp32.cu) for the exact fp32 path and for tf32 on large graphs of short
+windows."""
 from __future__ import annotations
 
 import torch
@@ -16,14 +17,14 @@ SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{p}, {whole}>" for p in _PRECI
                                for whole in ("false", "true")])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
-# against 3.38x (H100, session 17).
+# against 3.38x (H100, session 17, a first version of the walk).
 _ROW_LAYOUTS = ((4, 4), (4, 8), (16, 4), (32, 4), (32, 8))
 # sddmm_fp32_rows takes every fp32 SDDMM with K a multiple of 4 up to 256 and x and y 16-byte
 # aligned; the lane-per-vector kernel the rest. H100, session 17, 33 real graphs, geomean over
 # sampled_addmm, before (lane-per-vector up to K = 32, rows stepping through every row any
-# group needs above) -> rows walking set bits: K = 16 3.70x -> 3.87x, K = 32 3.36x -> 3.72x,
-# K = 64 2.66x -> 2.80x, K = 128 2.32x -> 2.87x; powerlaw_reddit 0.72x / 0.87x / 1.04x ->
-# 0.93x / 1.31x / 1.80x at K = 32 / 64 / 128.
+# group needs above) -> rows walking set bits: K = 16 3.75x -> 4.36x, K = 32 3.42x -> 4.26x,
+# K = 64 2.70x -> 3.42x, K = 128 2.36x -> 2.95x, K = 256 2.74x -> 2.97x; powerlaw_reddit
+# 0.73x / 0.86x / 1.04x -> 1.11x / 1.60x / 1.77x at K = 32 / 64 / 128.
 ROWS_KERNEL_MAX_K = 256
 # tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores on graphs of
 # at least TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is
