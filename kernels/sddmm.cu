@@ -26,7 +26,7 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
         const int j = j0 + g + (i >> 1) * 8;
         const int r = 2 * t + (i & 1);
         if (j < count) {
-            const int b0 = j / k * k;
+            const int b0 = j & -k;  // k, the block width, is 4 or 8
             const int kb = min(k, count - b0);
             out[WINDOW * (first + b0) + r * kb + (j - b0)] = (masks[j] >> r) & 1 ? d[i] : 0.f;
         }

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
             if (active) dot_chunk<VEC, WALK>(acc, yrow + c0, xs, len, mask);
         }
         if (active) {
-            const int b0 = j / k * k;
+            const int b0 = j & -k;  // k, the block width, is 4 or 8
             const int kb = min(k, count - b0);
             float* dst = out + WINDOW * (first + b0) + (j - b0);
 #pragma unroll
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) sddmm_fp32_rows(
         }
         __syncwarp();
         if (active) {
-            const int b0 = j / k * k;
+            const int b0 = j & -k;  // k, the block width, is 4 or 8
             const int kb = min(k, count - b0);
             float* dst = out + WINDOW * (first + b0) + (j - b0);
 #pragma unroll
