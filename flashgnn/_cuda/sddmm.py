@@ -25,7 +25,7 @@ _ROW_LAYOUTS = ((4, 4), (4, 8), (16, 4), (32, 4), (32, 8))
 # group needs above) -> rows walking set bits: K = 16 3.75x -> 4.36x, K = 32 3.42x -> 4.26x,
 # K = 64 2.70x -> 3.42x, K = 128 2.36x -> 2.95x, K = 256 2.74x -> 2.97x; powerlaw_reddit
 # 0.73x / 0.86x / 1.04x -> 1.11x / 1.60x / 1.77x at K = 32 / 64 / 128.
-ROWS_KERNEL_MAX_K = 256
+ROWS_KERNEL_MAX_K = max(lanes * vw for lanes, vw in _ROW_LAYOUTS)  # 256
 # tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores on graphs of
 # at least TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is
 # far larger than L2 and the tensor cores' gather, 16 bytes of 4 rows per quarter-warp, wastes
@@ -111,9 +111,7 @@ def sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str = 
         raise ValueError("sddmm_cuda_cores: tf32 takes only operands that tf32_on_cuda_cores accepts")
     else:
         vec = kdim % 4 == 0 and ys.data_ptr() % 16 == 0
-        if walk is None:
-            walk = vec and pattern_nnz(vec_mask) < WALK_BELOW * col_idx.numel()
-        walk = walk and vec
+        walk = vec and (pattern_nnz(vec_mask) < WALK_BELOW * col_idx.numel() if walk is None else walk)
         kernel = f"fg::sddmm32::sddmm_fp32<{str(vec).lower()}, {str(walk).lower()}>"
     launch(SOURCE_FP32, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"), seg.n_segments,
