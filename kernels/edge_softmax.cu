@@ -1,15 +1,24 @@
 // Edge softmax over ME-BCRS values, forward and backward, fp32.
 //
 // Forward: out = exp(s - max_row) / sum_row exp(s - max_row) over each row's real nonzeros
-// (vec_mask bit set), s = scale * score with scale read from the device (AGNN's beta; 1 when
-// the pointer is null), rounded before the subtraction as the separate product would be;
-// padding slots get exactly 0. Backward: d = p * (g - sum_row p * g).
+// (vec_mask bit set); padding slots get exactly 0. The scores s come from one of two sources:
+//   StoredScores  scale * score read from the value layout, with scale read from the device
+//                 (AGNN's beta; 1 when the pointer is null), rounded before the subtraction as
+//                 the separate product would be;
+//   GatScores     GAT's leaky_relu(er_i + el_j), computed from the slot's row i and column j
+//                 instead of read: the bits of the rank-2 SDDMM [er, 1] . [1, el] (one rounding)
+//                 followed by torch's leaky ReLU, without the two passes over a slot-sized
+//                 tensor that those ops cost.
+// Backward: d = p * (g - sum_row p * g), with GatScores also through the leaky ReLU
+// (d, or d * slope where er_i + el_j <= 0, as torch's leaky_relu_backward).
 //
-// The value slots of one window are contiguous, so a warp sweeps a window's slots in order
-// (coalesced) and decodes each slot's row from the layout: a full block is 8 x k row-major,
-// the window's last block 8 x width. Each lane keeps one accumulator per window row (8
-// registers, indexed through selects, never local memory); butterfly shuffles give every
-// lane the row totals, bitwise identical across lanes and runs.
+// A warp takes a run of a window's vectors, a lane one vector at a time: the statistics visit
+// each vector's set bits (an 8x1 vector holds about one nonzero on power-law graphs, so 8
+// slots cost one visit, not eight), and the output is written for all 8 rows of the vector
+// (0 in padding slots), the vectors of a block side by side in each row (coalesced). Each
+// lane keeps one accumulator per window row (8 registers, indexed through selects, never
+// local memory); butterfly shuffles give every lane the row totals, bitwise identical across
+// lanes and runs.
 //
 // Work is one warp per window segment (at most seg_vectors vectors, see common.cuh), so a
 // hub window is spread over many warps:
@@ -29,34 +38,25 @@ constexpr unsigned ALL_LANES = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// The slots of vectors [begin, end) of one window: 8 * (end - begin) consecutive slots.
-struct SlotRun {
+// Vectors [begin, end) of one window, whose value slots are 8 * (end - begin) consecutive
+// slots. The run starts on a block boundary, so block b of the run holds slots
+// [8 k b, 8 k b + 8 width), row-major 8 x width.
+struct VectorRun {
     const u8* mask;  // vec_mask of the run's first vector
     int rem;         // vectors from the run's first to the window's end
-    int n_slots;
+    int n_vec;       // vectors in the run
     int k_log2;      // log2 of the block width k
 
-    // Row (0..7) of slot q of the run, or -1 for a padding slot. The run starts on a block
-    // boundary, so block b of the run holds slots [8 k b, 8 k b + 8 width).
-    __device__ __forceinline__ int row(int q) const {
-        const int k = 1 << k_log2;
-        const int vb = (q >> (3 + k_log2)) << k_log2;  // the block's first vector
-        const int o = q & (WINDOW * k - 1);
-        const int width = min(rem - vb, k);
-        int r, j;
-        if (width == k) {
-            r = o >> k_log2;
-            j = o & (k - 1);
-        } else {
-            r = o / width;
-            j = o - r * width;
-        }
-        return (__ldg(mask + vb + j) >> r) & 1 ? r : -1;
+    // The slot of vector v's row 0 (row r's is slot + r * stride), v counted from the run's first.
+    __device__ __forceinline__ void slots(int v, int& slot, int& stride) const {
+        const int vb = (v >> k_log2) << k_log2;  // the block's first vector
+        stride = min(rem - vb, 1 << k_log2);     // the block's width
+        slot = WINDOW * vb + (v - vb);
     }
 };
 
-__device__ __forceinline__ SlotRun slot_run(const u8* vec_mask, const WindowSegment& s, int k_log2) {
-    return SlotRun{vec_mask + s.start + s.begin, s.n_vec - s.begin, WINDOW * (s.end - s.begin), k_log2};
+__device__ __forceinline__ VectorRun vector_run(const u8* vec_mask, const WindowSegment& s, int k_log2) {
+    return VectorRun{vec_mask + s.start + s.begin, s.n_vec - s.begin, s.end - s.begin, k_log2};
 }
 
 __device__ __forceinline__ i64 run_offset(const WindowSegment& s) { return WINDOW * (s.start + s.begin); }
@@ -102,27 +102,85 @@ __device__ __forceinline__ void warp_max(float (&a)[WINDOW]) {
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 
-// Forward. a: scores; b: unused; sc: the scale of the scores.
+// The kernels' inputs that say where scores come from (each source reads its own).
+struct ScoreArgs {
+    const float* scores;  // StoredScores: the value layout's scores
+    const float* scale;   // StoredScores: [1] or null
+    const int* col_idx;   // GatScores: the pattern's columns
+    const float* er;      // GatScores: destination terms [n_rows]
+    const float* el;      // GatScores: source terms [n_cols]
+    float slope;          // GatScores: leaky ReLU's negative slope
+};
+
+// A source's scores are read per vector: column(v) fetches what the vector's slots share, then
+// at(slot, r, c) gives the score of its row r.
+
+// scale * the stored score.
+struct StoredScores {
+    struct Column {};
+    const float* a;  // the run's scores
+    float scale;
+
+    __device__ __forceinline__ StoredScores(const ScoreArgs& in, const WindowSegment&, i64 off)
+        : a(in.scores + off), scale(in.scale ? __ldg(in.scale) : 1.f) {}
+    __device__ __forceinline__ Column column(int) const { return {}; }
+    __device__ __forceinline__ float at(int slot, int, Column) const { return __fmul_rn(a[slot], scale); }
+    __device__ __forceinline__ float backprop(float d, int, Column) const { return d; }
+};
+
+// leaky_relu(er_i + el_j) for the slot's row i and the vector's column j.
+struct GatScores {
+    using Column = float;  // el_j
+    const int* col;        // the run's columns
+    const float* er;       // the term of the window's first row
+    const float* el;
+    float slope;
+
+    __device__ __forceinline__ GatScores(const ScoreArgs& in, const WindowSegment& s, i64)
+        : col(in.col_idx + s.start + s.begin), er(in.er + WINDOW * s.window), el(in.el), slope(in.slope) {}
+    __device__ __forceinline__ float column(int v) const { return __ldg(el + __ldg(col + v)); }
+    // the score before the activation; r a real row
+    __device__ __forceinline__ float pre(int r, float el_j) const { return __ldg(er + r) + el_j; }
+    __device__ __forceinline__ float at(int, int r, float el_j) const {
+        const float e = pre(r, el_j);
+        return e > 0.f ? e : e * slope;
+    }
+    __device__ __forceinline__ float backprop(float d, int r, float el_j) const {
+        return pre(r, el_j) > 0.f ? d : d * slope;
+    }
+};
+
+// Forward. a, b: unused (the scores come from Scores).
+template <class Scores>
 struct Forward {
+    using Source = Scores;
     static constexpr int STATS = 2;  // row max, row sum of exp(s - max)
 
-    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float*, float sc,
+    static __device__ __forceinline__ void stats(const VectorRun& run, const Scores& sc, const float*, const float*,
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) {
             st[0][i] = neg_inf();
             st[1][i] = 0.f;
         }
-#pragma unroll 4
-        for (int q = lane_id(); q < run.n_slots; q += 32) {
-            const int r = run.row(q);
-            if (r >= 0) row_max(st[0], r, __fmul_rn(a[q], sc));
+        for (int v = lane_id(); v < run.n_vec; v += 32) {
+            int slot, stride;
+            run.slots(v, slot, stride);
+            const typename Scores::Column c = sc.column(v);
+            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
+                const int r = __ffs(bits) - 1;
+                row_max(st[0], r, sc.at(slot + r * stride, r, c));
+            }
         }
         warp_max(st[0]);
-#pragma unroll 4
-        for (int q = lane_id(); q < run.n_slots; q += 32) {
-            const int r = run.row(q);
-            if (r >= 0) row_add(st[1], r, expf(__fmul_rn(a[q], sc) - row_get(st[0], r)));
+        for (int v = lane_id(); v < run.n_vec; v += 32) {
+            int slot, stride;
+            run.slots(v, slot, stride);
+            const typename Scores::Column c = sc.column(v);
+            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
+                const int r = __ffs(bits) - 1;
+                row_add(st[1], r, expf(sc.at(slot + r * stride, r, c) - row_get(st[0], r)));
+            }
         }
         warp_sum(st[1]);
     }
@@ -150,28 +208,41 @@ struct Forward {
         warp_sum(st[1]);
     }
 
-    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float*, float sc,
+    static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float*, const float*,
                                                  const float (&st)[STATS][WINDOW], float* out) {
-#pragma unroll 4
-        for (int q = lane_id(); q < run.n_slots; q += 32) {
-            const int r = run.row(q);
-            out[q] = r >= 0 ? expf(__fmul_rn(a[q], sc) - row_get(st[0], r)) / row_get(st[1], r) : 0.f;
+        for (int v = lane_id(); v < run.n_vec; v += 32) {
+            int slot, stride;
+            run.slots(v, slot, stride);
+            const u32 bits = __ldg(run.mask + v);
+            const typename Scores::Column c = sc.column(v);
+#pragma unroll
+            for (int r = 0; r < WINDOW; ++r) {
+                const int q = slot + r * stride;
+                out[q] = (bits >> r) & 1 ? expf(sc.at(q, r, c) - st[0][r]) / st[1][r] : 0.f;
+            }
         }
     }
 };
 
-// Backward. a: the forward's output p; b: the output gradient g; the scale is not used.
+// Backward. a: the forward's output p; b: the output gradient g; Scores: the activation's
+// derivative (GatScores) or none (StoredScores; the scale is not used).
+template <class Scores>
 struct Backward {
+    using Source = Scores;
     static constexpr int STATS = 1;  // row sum of p * g
 
-    static __device__ __forceinline__ void stats(const SlotRun& run, const float* a, const float* b, float,
+    static __device__ __forceinline__ void stats(const VectorRun& run, const Scores&, const float* a, const float* b,
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[0][i] = 0.f;
-#pragma unroll 4
-        for (int q = lane_id(); q < run.n_slots; q += 32) {
-            const int r = run.row(q);
-            if (r >= 0) row_add(st[0], r, a[q] * b[q]);
+        for (int v = lane_id(); v < run.n_vec; v += 32) {
+            int slot, stride;
+            run.slots(v, slot, stride);
+            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
+                const int r = __ffs(bits) - 1;
+                const int q = slot + r * stride;
+                row_add(st[0], r, a[q] * b[q]);
+            }
         }
         warp_sum(st[0]);
     }
@@ -186,12 +257,18 @@ struct Backward {
         warp_sum(st[0]);
     }
 
-    static __device__ __forceinline__ void write(const SlotRun& run, const float* a, const float* b, float,
+    static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float* a, const float* b,
                                                  const float (&st)[STATS][WINDOW], float* out) {
-#pragma unroll 4
-        for (int q = lane_id(); q < run.n_slots; q += 32) {
-            const int r = run.row(q);
-            out[q] = r >= 0 ? a[q] * (b[q] - row_get(st[0], r)) : 0.f;
+        for (int v = lane_id(); v < run.n_vec; v += 32) {
+            int slot, stride;
+            run.slots(v, slot, stride);
+            const u32 bits = __ldg(run.mask + v);
+            const typename Scores::Column c = sc.column(v);
+#pragma unroll
+            for (int r = 0; r < WINDOW; ++r) {
+                const int q = slot + r * stride;
+                out[q] = (bits >> r) & 1 ? sc.backprop(a[q] * (b[q] - st[0][r]), r, c) : 0.f;
+            }
         }
     }
 };
@@ -208,31 +285,35 @@ __device__ __forceinline__ void store_stats(const float (&st)[STATS][WINDOW], fl
 
 __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; }
 
+// The kernels' parameters: the pattern (row_ptr, vec_mask, col_idx), a and b (Op's inputs in
+// the value layout; a is the forward's stored scores), then the other ScoreArgs.
 template <class Op>
 __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
-                                      const float* __restrict__ a, const float* __restrict__ b,
-                                      const float* __restrict__ scale, float* __restrict__ out,
-                                      const int* __restrict__ seg_window,
+                                      const int* __restrict__ col_idx, const float* __restrict__ a,
+                                      const float* __restrict__ b, const float* __restrict__ scale,
+                                      const float* __restrict__ er, const float* __restrict__ el, float slope,
+                                      float* __restrict__ out, const int* __restrict__ seg_window,
                                       const int* __restrict__ seg_begin, const int* __restrict__ seg_part,
                                       i64 n_segments, int seg_vectors, int k_log2,
                                       float* __restrict__ part_stats) {
     const i64 seg = global_warp();
     if (seg >= n_segments) return;
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
-    const SlotRun run = slot_run(vec_mask, s, k_log2);
+    const VectorRun run = vector_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
-    const float sc = scale ? __ldg(scale) : 1.f;
+    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope}, s, off);
     float st[Op::STATS][WINDOW];
-    Op::stats(run, a + off, b + off, sc, st);
-    if (s.part < 0) Op::write(run, a + off, b + off, sc, st, out + off);
+    Op::stats(run, sc, a + off, b + off, st);
+    if (s.part < 0) Op::write(run, sc, a + off, b + off, st, out + off);
     else store_stats<Op::STATS>(st, part_stats + (i64)s.part * Op::STATS * WINDOW);
 }
 
 template <class Op>
 __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
-                                    const float* __restrict__ a, const float* __restrict__ b,
-                                    const float* __restrict__ scale, float* __restrict__ out,
-                                    const int* __restrict__ split_window,
+                                    const int* __restrict__ col_idx, const float* __restrict__ a,
+                                    const float* __restrict__ b, const float* __restrict__ scale,
+                                    const float* __restrict__ er, const float* __restrict__ el, float slope,
+                                    float* __restrict__ out, const int* __restrict__ split_window,
                                     const int* __restrict__ split_part, const int* __restrict__ split_count,
                                     i64 n_split, i64 n_parts, int seg_vectors, int k_log2,
                                     const float* __restrict__ part_stats) {
@@ -247,12 +328,13 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     }
     const int begin = (int)(part - split_part[lo]) * seg_vectors;
     const WindowSegment s = window_segment_at(row_ptr, split_window[lo], begin, (int)part, seg_vectors);
-    const SlotRun run = slot_run(vec_mask, s, k_log2);
+    const VectorRun run = vector_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
+    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope}, s, off);
     // every warp of the window combines its segments' statistics in the same order: equal bits
     float st[Op::STATS][WINDOW];
     Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);
-    Op::write(run, a + off, b + off, scale ? __ldg(scale) : 1.f, st, out + off);
+    Op::write(run, sc, a + off, b + off, st, out + off);
 }
 
 }  // namespace fg::softmax

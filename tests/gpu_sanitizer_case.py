@@ -71,7 +71,7 @@ def main() -> None:
                 x = torch.randn(900, n, device="cuda")
                 spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, precision,
                                  torch.float32, seg_vectors=64, fuse_max_parts=fuse, features=features, ways=ways)
-    # AGNN (row normalisation, scaled softmax): square, with a hub row split over segments
+    # AGNN (row normalisation, scaled softmax) and GAT: square, with a hub row split over segments
     rows = np.concatenate([rng.integers(0, 300, 1000), np.full(1000, 3)])
     sq = sp.csr_matrix((np.ones(2000), (rows, rng.integers(0, 300, 2000))), shape=(300, 300))
     sq.sum_duplicates()
@@ -82,6 +82,9 @@ def main() -> None:
         x[7] = 0.0
         beta = torch.tensor([0.8], device="cuda", requires_grad=True)
         ops.agnn_propagate(adj, x.requires_grad_(), beta, precision).sum().backward()
+        # GAT (scores formed in the softmax kernels), with attention dropout
+        terms = torch.randn(300, 2, device="cuda", requires_grad=True)
+        ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, 0.3, precision).sum().backward()
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):
         ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")

@@ -1,13 +1,15 @@
 """Edge softmax kernels (kernels/edge_softmax.cu) against the float64 reference, through the
-launchers and through the custom op with autograd."""
+launchers and through the custom op with autograd; GAT's scores computed in the kernels
+against the ops they stand for."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import flashgnn._cuda.edge_softmax as cuda_softmax
 from flashgnn.format import MEBCRS
-from flashgnn.ops import edge_softmax
+from flashgnn.ops import edge_softmax, sddmm
 from flashgnn.ops.reference import edge_softmax_backward_reference, edge_softmax_reference
 from tests.helpers import GPU
 from tests.kernel_cases import CASES
@@ -136,6 +138,46 @@ def test_special_values_follow_the_reference(rng):
     ref = reference_forward(f, scores)
     torch.testing.assert_close(out.double(), ref, rtol=2e-5, atol=1e-7, equal_nan=True)
     assert out[slots[0]] == 0 and torch.isfinite(out[slots[1:]]).all()
+
+
+@pytest.mark.parametrize("k", [8, 4])
+@pytest.mark.parametrize("case", list(CASES))
+def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
+    """softmax(leaky_relu(er_i + el_j)) with the scores formed in the kernel, and its backward
+    through the leaky ReLU, equal the rank-2 fp32 SDDMM, leaky ReLU and the stored-score
+    kernels bit for bit (split hub windows included); every slot written."""
+    f = gpu_format(CASES[case](rng), k)
+    slope = 0.15
+    er = torch.randn(f.n_rows, device="cuda")
+    el = torch.randn(f.n_cols, device="cuda")
+    scores = sddmm(f, torch.stack([er, torch.ones_like(er)], 1), torch.stack([torch.ones_like(el), el], 1), "fp32")
+    probs = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, F.leaky_relu(scores, slope), k)
+    got = cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, k, out=nan_buffer(f))
+    assert torch.equal(got, probs)
+
+    grad = torch.randn(8 * f.n_vectors, device="cuda")
+    d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k)
+    want = torch.ops.aten.leaky_relu_backward(d, scores, slope, False)
+    got = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, probs, grad, k,
+                                                 out=nan_buffer(f))
+    assert torch.equal(got, want)
+    assert (scores[real_slots(f).cuda()] <= 0).any() or f.nnz == 0, "no score took the leaky branch"
+
+
+def test_gat_terms_are_checked(rng):
+    f = gpu_format(CASES["square_61x61"](rng), 8)
+    er, el = torch.randn(f.n_rows, device="cuda"), torch.randn(f.n_cols, device="cuda")
+    args = (f.row_ptr, f.col_idx, f.vec_mask)
+    with pytest.raises(ValueError, match="er must have one term per row"):
+        cuda_softmax.gat_softmax_cuda(*args, er[:50], el, 0.2, 8)
+    with pytest.raises(ValueError, match="el must be a 1-D float32 tensor"):
+        cuda_softmax.gat_softmax_cuda(*args, er, el.double(), 0.2, 8)
+    with pytest.raises(ValueError, match="col_idx must be int32"):
+        cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx.long(), f.vec_mask, er, el, 0.2, 8)
+    # strided terms (columns of a [N, 2] tensor) are read as their values
+    terms = torch.stack([er, er + 1], 1)
+    assert torch.equal(cuda_softmax.gat_softmax_cuda(*args, terms[:, 0], el, 0.2, 8),
+                       cuda_softmax.gat_softmax_cuda(*args, er, el, 0.2, 8))
 
 
 @pytest.mark.parametrize("name", ["cora", "musae_github"])

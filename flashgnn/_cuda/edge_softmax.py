@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, operand, ptr
+from .runtime import f32, launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
-_OPS = {"forward": ("fg::softmax::Forward", 2), "backward": ("fg::softmax::Backward", 1)}  # tag, STATS
+_OPS = {"forward": ("Forward", 2), "backward": ("Backward", 1)}  # template, STATS
+_SOURCES = ("StoredScores", "GatScores")  # where the scores come from (kernels/edge_softmax.cu)
 _STAGES = ("edge_softmax_segments", "edge_softmax_finish")
-SOURCE = register("edge_softmax.cu",
-                  [f"fg::softmax::{stage}<{tag}>" for stage in _STAGES for tag, _ in _OPS.values()])
+SOURCE = register("edge_softmax.cu", [f"fg::softmax::{stage}<fg::softmax::{op}<fg::softmax::{source}>>"
+                                      for stage in _STAGES for op, _ in _OPS.values() for source in _SOURCES])
 _WARPS = 8  # warps per block, one window segment (or split window) each
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -42,12 +43,33 @@ def _check(row_ptr, vec_mask, k, named):
             raise ValueError(f"{name} is on {t.device}; every input must be on one CUDA device")
 
 
-def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Tensor:
-    tag, n_stats = _OPS[op]
-    device = a.device
-    a = operand(a, torch.float32)
+def _check_terms(row_ptr, col_idx, er, el) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAT's score terms, checked (float32 on the pattern's device, er one per row of the
+    windows) and contiguous."""
+    if col_idx.dtype != torch.int32 or col_idx.device != row_ptr.device:
+        raise ValueError(f"col_idx must be int32 on {row_ptr.device}, got {col_idx.dtype} on {col_idx.device}")
+    n_windows = row_ptr.numel() - 1
+    for name, t in (("er", er), ("el", el)):
+        if t.dtype != torch.float32 or t.device != row_ptr.device or t.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D float32 tensor on {row_ptr.device}, "
+                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if not 8 * (n_windows - 1) < er.numel() <= 8 * n_windows:
+        raise ValueError(f"er must have one term per row ({n_windows} windows of 8 rows), got {er.numel()}")
+    return er.contiguous(), el.contiguous()
+
+
+def _address(t: torch.Tensor | None) -> int:
+    return 0 if t is None else ptr(t)
+
+
+def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None) -> torch.Tensor:
+    """Launch ``op``'s kernels; the scores are ``scale * a`` (forward) or, with ``gat`` =
+    (col_idx, er, el, slope), GAT's."""
+    template, n_stats = _OPS[op]
+    device = vec_mask.device
+    a = None if a is None else operand(a, torch.float32)
     b = a if b is None else operand(b, torch.float32)
-    n_slots = a.numel()
+    n_slots = 8 * vec_mask.numel()
     if out is None:
         out = torch.empty(n_slots, dtype=torch.float32, device=device)
     elif out.shape != (n_slots,) or out.dtype != torch.float32 or out.device != device or not out.is_contiguous():
@@ -58,13 +80,15 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None) -> torch.Ten
     # split windows' partial statistics (``out`` stands in when there are none: never touched)
     part_stats = torch.empty(seg.n_parts * n_stats * 8, dtype=torch.float32, device=device) if seg.n_parts else out
     k_log2 = k.bit_length() - 1
-    scale = 0 if scale is None else ptr(scale)
+    col_idx, er, el, slope = (None, None, None, 0.0) if gat is None else gat
+    tag = f"fg::softmax::{template}<fg::softmax::{_SOURCES[gat is not None]}>"
+    args = (_address(col_idx), _address(a), _address(b), _address(scale), _address(er), _address(el), f32(slope))
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
-           ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out), *seg.pointers("window", "begin", "part"),
+           ptr(row_ptr), ptr(vec_mask), *args, ptr(out), *seg.pointers("window", "begin", "part"),
            seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats))
     if seg.n_parts:
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
-               ptr(row_ptr), ptr(vec_mask), ptr(a), ptr(b), scale, ptr(out),
+               ptr(row_ptr), ptr(vec_mask), *args, ptr(out),
                *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
                seg.seg_vectors, k_log2, ptr(part_stats))
     return out
@@ -83,7 +107,7 @@ def edge_softmax_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, scores: tor
     if scale is not None and (scale.shape != (1,) or scale.dtype != torch.float32 or scale.device != scores.device):
         raise ValueError(f"scale must be a float32 tensor of shape (1,) on {scores.device}, "
                          f"got {scale.dtype} {tuple(scale.shape)} on {scale.device}")
-    return _run("forward", row_ptr, vec_mask, scores, None, k, out, scale)
+    return _run("forward", row_ptr, vec_mask, scores, None, k, out, scale=scale)
 
 
 def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, probs: torch.Tensor,
@@ -92,3 +116,30 @@ def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, pr
     output) and grad as ``scores`` in edge_softmax_cuda. Returns float32 [8 * n_vectors]."""
     _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
     return _run("backward", row_ptr, vec_mask, probs, grad, k, out)
+
+
+def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, er: torch.Tensor,
+                     el: torch.Tensor, slope: float, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """GAT's attention: the softmax of leaky_relu(er_i + el_j) over each row's real nonzeros,
+    on the GPU, with the scores computed in the kernel (the bits of the rank-2 fp32 SDDMM of
+    [er, 1] and [1, el] followed by torch's leaky ReLU and ``edge_softmax_cuda``).
+
+    row_ptr int64 [n_windows + 1], col_idx int32 [n_vectors], vec_mask uint8 [n_vectors]: the
+    pattern; er float32 [n_rows] (one term per destination row), el float32 [n_cols] (one per
+    source column; its length is the caller's to check); slope: the leaky ReLU's negative
+    slope. Returns float32 [8 * n_vectors], padding slots 0.
+    """
+    _check(row_ptr, vec_mask, k, {})
+    er, el = _check_terms(row_ptr, col_idx, er, el)
+    return _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope))
+
+
+def gat_softmax_backward_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor,
+                              er: torch.Tensor, el: torch.Tensor, slope: float, probs: torch.Tensor,
+                              grad: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The gradient of GAT's pre-activation scores er_i + el_j from that of its attention:
+    ``edge_softmax_backward_cuda`` followed by leaky_relu's backward in one pass. Inputs as in
+    ``gat_softmax_cuda`` and ``edge_softmax_backward_cuda``; returns float32 [8 * n_vectors]."""
+    _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
+    er, el = _check_terms(row_ptr, col_idx, er, el)
+    return _run("backward", row_ptr, vec_mask, probs, grad, k, out, gat=(col_idx, er, el, slope))

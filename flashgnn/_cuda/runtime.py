@@ -75,6 +75,15 @@ def ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
+def f32(x: float) -> int:
+    """A float kernel argument as ``launch`` takes it: the bits of its float32 value (the low
+    half of the argument's slot)."""
+    return _F32_BITS.unpack(struct.pack("<f", x))[0]
+
+
+_F32_BITS = struct.Struct("<i")
+
+
 def operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``t`` as a kernel reads it: in ``dtype`` and contiguous; ``t`` itself, without a call
     into torch, when it already is (launchers run on every op call, on host-bound steps)."""
@@ -116,8 +125,8 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     """Launch ``name`` from ``src`` on the current torch stream of ``device`` (``stream``: its
     raw handle, when the caller has already looked it up).
 
-    Arguments are Python integers (bools included): device addresses (``ptr``) and scalars,
-    which is every parameter type of flashgnn's kernels. Each is packed into a little-endian
+    Arguments are Python integers (bools included): device addresses (``ptr``) and integer
+    scalars, or float32 scalars as ``f32`` gives them. Each is packed into a little-endian
     8-byte slot and the driver reads as many bytes as the kernel's parameter has (an int32 is
     the slot's low half), so the kernel's signature gives each scalar its type (launchers pass
     values that fit it; wrapping them in numpy scalars cost about 0.7 us each) and the launch

@@ -5,10 +5,12 @@ el and H of the sources).
 The same maths as composing ``sddmm``, ``edge_softmax``, dropout and ``spmm`` (the path taken
 when compiling, when the attention is returned, or when edge weights need a gradient), with
 the backward written out. Besides building no intermediate autograd node, it saves only the
-softmax output and the dropout mask: the scores are recomputed in the backward (a rank-2
-SDDMM), and the dropped attention is rebuilt from P and the mask. In A's value layout a
-per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
-per vector, so each tensor not kept matters on large graphs.
+softmax output and the dropout mask: the dropped attention is rebuilt from P and the mask. On
+the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i + el_j) for
+each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
+for (on the CPU those ops run). In A's value layout a per-edge tensor takes 8 slots per 8x1
+vector, 8 times the edges on a graph with one nonzero per vector, so each pass over one, and
+each one kept, matters on large graphs.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from torch.autograd.function import once_differentiable
 from ..format import MEBCRS
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
+from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm
@@ -32,6 +35,30 @@ def _score_operands(er: Tensor, el: Tensor) -> tuple[Tensor, Tensor]:
     return F.pad(er, (0, 1), value=1.0), F.pad(el, (1, 0), value=1.0)
 
 
+def _on_kernels(er: Tensor, el: Tensor) -> bool:
+    """Whether the softmax kernels compute the scores: fp32 terms on the GPU."""
+    return er.is_cuda and er.dtype == el.dtype == torch.float32
+
+
+def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int) -> Tensor:
+    """P = edge_softmax(leaky_relu(er_i + el_j)) in A's value layout, fp32 (float64)."""
+    if _on_kernels(er, el):
+        return gat_softmax_cuda(*pattern, er.view(-1), el.view(-1), slope, k)
+    scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
+    return _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k)
+
+
+def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Tensor, d_prob: Tensor,
+                        n_rows: int, k: int) -> Tensor:
+    """d(er_i + el_j) in A's value layout from P and dP."""
+    if _on_kernels(er, el):
+        return gat_softmax_backward_cuda(*pattern, er.view(-1), el.view(-1), slope, prob, d_prob, k)
+    d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
+    scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
+    torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, slope, False, grad_input=d_scores)
+    return d_scores
+
+
 def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
               k: int) -> Tensor:
     """sum_j values[slot(i, j)] for every row i, [n_rows, 1]: an exact fp32 (or float64) SpMM with ones."""
@@ -42,10 +69,7 @@ def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ft, er, el, edge_values, pattern, transposed, n_rows, k, slope, drop, precision):
-        left, right = _score_operands(er, el)
-        scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
-        prob = _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k)
-        del scores
+        prob = _attention(pattern, er, el, slope, n_rows, k)
         keep = None
         if drop > 0:
             dropped, keep = torch.native_dropout(prob, drop, True)
@@ -56,7 +80,7 @@ class _Attention(torch.autograd.Function):
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
-        ctx.save_for_backward(ft_k, left, right, prob, keep, edge_values, *pattern, *transposed)
+        ctx.save_for_backward(ft_k, er, el, prob, keep, edge_values, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
         return out.to(ft.dtype)
@@ -64,7 +88,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        ft_k, left, right, prob, keep, edge_values, *rest = ctx.saved_tensors
+        ft_k, er, el, prob, keep, edge_values, *rest = ctx.saved_tensors
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
         n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
@@ -90,17 +114,14 @@ class _Attention(torch.autograd.Function):
             del dropped_t
         if need_er or need_el:
             d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
-            d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
+            d_scores = _attention_backward(pattern, er, el, ctx.slope, prob, d_prob, n_rows, k)
             del d_prob
-            scores = _sddmm(*pattern, left, right, k, "fp32", *NO_TRANSPOSE)
-            torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, ctx.slope, False, grad_input=d_scores)
-            del scores
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
             if need_er:
-                grad_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k).to(left.dtype)
+                grad_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k).to(er.dtype)
             if need_el:
                 d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
-                grad_el = _row_sums(*transposed, d_t, n_cols, n_rows, k).to(right.dtype)
+                grad_el = _row_sums(*transposed, d_t, n_cols, n_rows, k).to(el.dtype)
         return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None
 
 
