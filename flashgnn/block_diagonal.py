@@ -37,8 +37,17 @@ def block_diagonal(a: MEBCRS, copies: int, with_values: bool = True) -> MEBCRS:
     out = _repeat(a, copies, rows, cols, with_values)
     shift = torch.arange(copies, device=a.device)[:, None] * a.n_slots
     out._transpose = Transpose(_repeat(t.fmt, copies, cols, rows, with_values),
-                               (t.src_slot[None, :] + shift).flatten())
+                               (t.src_slot[None, :] + shift).flatten(), _repeat_indptr(t.indptr, copies, cols))
     return out
+
+
+def _repeat_indptr(indptr: torch.Tensor, copies: int, rows: int) -> torch.Tensor:
+    """CSR row pointers of ``copies`` copies of a matrix along the diagonal, each padded to
+    ``rows`` rows (the padding rows empty)."""
+    nnz = indptr[-1:]
+    one = torch.cat([indptr[:-1], nnz.expand(rows - indptr.numel() + 1)])  # [rows]
+    copy = torch.arange(copies, device=indptr.device)[:, None]
+    return torch.cat([(one[None, :] + copy * nnz).flatten(), copies * nnz])
 
 
 def _repeat(a: MEBCRS, copies: int, rows: int, cols: int, with_values: bool) -> MEBCRS:

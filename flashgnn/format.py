@@ -338,10 +338,12 @@ class MEBCRS(WindowedFormat):
 @dataclass
 class Transpose:
     """A^T of an ME-BCRS matrix A: ``fmt`` is A^T, and ``src_slot`` [nnz] gives, for each
-    real slot ``fmt.perm[i]`` of A^T, the slot of A holding the same nonzero."""
+    real slot ``fmt.perm[i]`` of A^T, the slot of A holding the same nonzero; i runs over
+    A^T's nonzeros in CSR order, whose row pointers are ``indptr`` [n_cols(A) + 1]."""
 
     fmt: MEBCRS
     src_slot: torch.Tensor
+    indptr: torch.Tensor
 
     def values_from(self, a_values: torch.Tensor) -> torch.Tensor:
         """A^T's value layout filled from A's values ([8 * n_vectors(A)])."""
@@ -415,5 +417,6 @@ def _build_transpose(a: MEBCRS) -> Transpose:
     # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount has)
     indptr = torch.searchsorted(t_rows, torch.arange(a.n_cols + 1, device=a.device))
     src_slot = slots[order]
-    return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot)
+    return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot,
+                     indptr)
 

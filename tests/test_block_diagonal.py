@@ -35,6 +35,7 @@ def test_block_diagonal_is_the_format_of_the_block_diagonal_matrix(shape, k, rng
     at.sort_indices()
     t = big.transpose()
     assert_same_format(t.fmt, build(diagonal_of(at, 3), k=k))
+    assert torch.equal(t.indptr, torch.from_numpy(diagonal_of(at, 3).indptr).long())
     # src_slot maps A^T's nonzeros (CSR order) to the same nonzeros of diag(A, ...)
     new_values = torch.randn(big.n_slots, dtype=torch.float64)
     moved = t.fmt.with_values(t.values_from(new_values)).to_dense()

@@ -236,6 +236,7 @@ def test_transpose_equals_format_of_transposed_matrix(k, rng):
     a_row[a_coords.slot], a_col[a_coords.slot] = a_coords.row, a_coords.col
     at_rows = torch.repeat_interleave(torch.arange(27), torch.from_numpy(np.diff(at.indptr)))
     assert torch.equal(a_col[t.src_slot], at_rows)
+    assert torch.equal(t.indptr, torch.from_numpy(at.indptr).long())
     assert torch.equal(a_row[t.src_slot], torch.from_numpy(at.indices).long())
     new_values = torch.randn(8 * fmt.n_vectors, dtype=torch.float64)
     assert torch.equal(t.values_from(new_values), t.fmt.values_from_csr(new_values[t.src_slot]))

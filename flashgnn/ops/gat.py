@@ -23,6 +23,7 @@ from ..format import MEBCRS
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
+from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm
@@ -66,9 +67,20 @@ def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor
     return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE)
 
 
+def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
+    """sum_i values[slot(i, j)] for every column j, [n_cols, 1], read through A^T's CSR order
+    (t_indptr, t_src): one gathering kernel on the GPU, where moving the values into A^T's
+    layout to sum its rows would write and read a slot-sized tensor."""
+    if values.is_cuda and values.dtype == torch.float32:
+        return slot_row_sums_cuda(t_indptr, t_src, values).view(-1, 1)
+    rows = torch.repeat_interleave(torch.arange(t_indptr.numel() - 1, device=values.device), t_indptr.diff(),
+                                   output_size=t_src.numel())
+    return values.new_zeros(t_indptr.numel() - 1, 1).index_add_(0, rows, values[t_src].view(-1, 1))
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ft, er, el, edge_values, pattern, transposed, n_rows, k, slope, drop, precision):
+    def forward(ctx, ft, er, el, edge_values, pattern, transposed, t_indptr, n_rows, k, slope, drop, precision):
         prob = _attention(pattern, er, el, slope, n_rows, k)
         keep = None
         if drop > 0:
@@ -80,7 +92,7 @@ class _Attention(torch.autograd.Function):
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
-        ctx.save_for_backward(ft_k, er, el, prob, keep, edge_values, *pattern, *transposed)
+        ctx.save_for_backward(ft_k, er, el, prob, keep, edge_values, t_indptr, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
         return out.to(ft.dtype)
@@ -88,7 +100,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        ft_k, er, el, prob, keep, edge_values, *rest = ctx.saved_tensors
+        ft_k, er, el, prob, keep, edge_values, t_indptr, *rest = ctx.saved_tensors
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
         n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
@@ -120,9 +132,8 @@ class _Attention(torch.autograd.Function):
             if need_er:
                 grad_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k).to(er.dtype)
             if need_el:
-                d_t = transposed_values(d_scores, t_col_idx, t_perm, t_src)
-                grad_el = _row_sums(*transposed, d_t, n_cols, n_rows, k).to(el.dtype)
-        return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None
+                grad_el = _column_sums(d_scores, t_indptr, t_src).to(el.dtype)
+        return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None, None
 
 
 def gat_attention(a: MEBCRS, ft: Tensor, er: Tensor, el: Tensor, negative_slope: float = 0.2,
@@ -161,5 +172,6 @@ def gat_attention(a: MEBCRS, ft: Tensor, er: Tensor, el: Tensor, negative_slope:
         out = spmm(a, ft, precision, values=prob)
         return (out, prob) if return_attention else out
     need_t = torch.is_grad_enabled() and (ft.requires_grad or er.requires_grad or el.requires_grad)
-    return _Attention.apply(ft, er, el, edge_values, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k,
+    return _Attention.apply(ft, er, el, edge_values, pattern_args(a), transpose_args(a, need_t),
+                            a.transpose().indptr if need_t else None, a.n_rows, a.k,
                             float(negative_slope), float(attn_drop), precision)
