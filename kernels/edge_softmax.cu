@@ -124,9 +124,13 @@ struct StoredScores {
     __device__ __forceinline__ StoredScores(const ScoreArgs& in, const WindowSegment&, i64 off)
         : a(in.scores + off), scale(in.scale ? __ldg(in.scale) : 1.f) {}
     __device__ __forceinline__ Column column(int) const { return {}; }
+    __device__ __forceinline__ float row_term(int) const { return 0.f; }
     __device__ __forceinline__ float at(int slot, int, Column) const { return __fmul_rn(a[slot], scale); }
     __device__ __forceinline__ float backprop(float d, int, Column) const { return d; }
 };
+
+// torch's leaky ReLU (and its backward's test, e > 0).
+__device__ __forceinline__ float leaky_relu(float e, float slope) { return e > 0.f ? e : e * slope; }
 
 // leaky_relu(er_i + el_j) for the slot's row i and the vector's column j.
 struct GatScores {
@@ -139,12 +143,10 @@ struct GatScores {
     __device__ __forceinline__ GatScores(const ScoreArgs& in, const WindowSegment& s, i64)
         : col(in.col_idx + s.start + s.begin), er(in.er + WINDOW * s.window), el(in.el), slope(in.slope) {}
     __device__ __forceinline__ float column(int v) const { return __ldg(el + __ldg(col + v)); }
+    __device__ __forceinline__ float row_term(int r) const { return __ldg(er + r); }  // er holds whole windows
     // the score before the activation; r a real row
     __device__ __forceinline__ float pre(int r, float el_j) const { return __ldg(er + r) + el_j; }
-    __device__ __forceinline__ float at(int, int r, float el_j) const {
-        const float e = pre(r, el_j);
-        return e > 0.f ? e : e * slope;
-    }
+    __device__ __forceinline__ float at(int, int r, float el_j) const { return leaky_relu(pre(r, el_j), slope); }
     __device__ __forceinline__ float backprop(float d, int r, float el_j) const {
         return pre(r, el_j) > 0.f ? d : d * slope;
     }
@@ -154,6 +156,7 @@ struct GatScores {
 template <class Scores>
 struct Forward {
     using Source = Scores;
+    static constexpr bool FORWARD = true;  // stores row records (store_row_info) when asked
     static constexpr int STATS = 2;  // row max, row sum of exp(s - max)
 
     static __device__ __forceinline__ void stats(const VectorRun& run, const Scores& sc, const float*, const float*,
@@ -229,6 +232,7 @@ struct Forward {
 template <class Scores>
 struct Backward {
     using Source = Scores;
+    static constexpr bool FORWARD = false;
     static constexpr int STATS = 1;  // row sum of p * g
 
     static __device__ __forceinline__ void stats(const VectorRun& run, const Scores&, const float* a, const float* b,
@@ -283,6 +287,14 @@ __device__ __forceinline__ void store_stats(const float (&st)[STATS][WINDOW], fl
     }
 }
 
+// Lanes 0..7 store row `lane`'s record of the forward's statistics and score term,
+// dst[lane] = (max, sum of exp(s - max), the row's term, 0), which a reader gathers in one load.
+template <class Scores>
+__device__ __forceinline__ void store_row_info(const float (&st)[2][WINDOW], const Scores& sc, float4* dst) {
+    const int lane = lane_id();
+    if (lane < WINDOW) dst[lane] = make_float4(row_get(st[0], lane), row_get(st[1], lane), sc.row_term(lane), 0.f);
+}
+
 __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; }
 
 // The kernels' parameters: the pattern (row_ptr, vec_mask, col_idx), a and b (Op's inputs in
@@ -295,7 +307,7 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
                                       float* __restrict__ out, const int* __restrict__ seg_window,
                                       const int* __restrict__ seg_begin, const int* __restrict__ seg_part,
                                       i64 n_segments, int seg_vectors, int k_log2,
-                                      float* __restrict__ part_stats) {
+                                      float* __restrict__ part_stats, float4* __restrict__ row_info) {
     const i64 seg = global_warp();
     if (seg >= n_segments) return;
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
@@ -304,8 +316,14 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
     const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope}, s, off);
     float st[Op::STATS][WINDOW];
     Op::stats(run, sc, a + off, b + off, st);
-    if (s.part < 0) Op::write(run, sc, a + off, b + off, st, out + off);
-    else store_stats<Op::STATS>(st, part_stats + (i64)s.part * Op::STATS * WINDOW);
+    if (s.part >= 0) {
+        store_stats<Op::STATS>(st, part_stats + (i64)s.part * Op::STATS * WINDOW);
+        return;
+    }
+    Op::write(run, sc, a + off, b + off, st, out + off);
+    if constexpr (Op::FORWARD) {
+        if (row_info) store_row_info(st, sc, row_info + WINDOW * s.window);
+    }
 }
 
 template <class Op>
@@ -316,7 +334,7 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
                                     float* __restrict__ out, const int* __restrict__ split_window,
                                     const int* __restrict__ split_part, const int* __restrict__ split_count,
                                     i64 n_split, i64 n_parts, int seg_vectors, int k_log2,
-                                    const float* __restrict__ part_stats) {
+                                    const float* __restrict__ part_stats, float4* __restrict__ row_info) {
     const i64 part = global_warp();
     if (part >= n_parts) return;
     // the split window holding this part: the last w with split_part[w] <= part
@@ -335,6 +353,43 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     float st[Op::STATS][WINDOW];
     Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);
     Op::write(run, sc, a + off, b + off, st, out + off);
+    if constexpr (Op::FORWARD) {
+        if (row_info && part == split_part[lo]) store_row_info(st, sc, row_info + WINDOW * s.window);
+    }
+}
+
+// GAT's attention P^T in A^T's value layout, from the forward's row records instead of moving
+// P (a random read and write per nonzero): A^T's rows are A's columns (sources j, term el_j)
+// and its columns A's rows (destinations i: one 16-byte record of max_i, sum_i and er_i, a
+// single gather per vector). Each slot gets expf(leaky_relu(er_i + el_j) - max_i) / sum_i, the
+// very operations, operands and order of Forward<GatScores>::write, so P^T holds P's bits. One
+// warp per segment of A^T (split windows need no combining here), a lane per vector as in the
+// softmax.
+__global__ void gat_softmax_transposed(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
+                                       const int* __restrict__ col_idx, const float* __restrict__ el, float slope,
+                                       const float4* __restrict__ row_info, float* __restrict__ out,
+                                       const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
+                                       const int* __restrict__ seg_part, i64 n_segments, int seg_vectors,
+                                       int k_log2) {
+    const i64 seg = global_warp();
+    if (seg >= n_segments) return;
+    const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
+    const VectorRun run = vector_run(vec_mask, s, k_log2);
+    const int* col = col_idx + s.start + s.begin;
+    const float* el_rows = el + WINDOW * s.window;
+    float* dst = out + run_offset(s);
+    for (int v = lane_id(); v < run.n_vec; v += 32) {
+        int slot, stride;
+        run.slots(v, slot, stride);
+        const u32 bits = __ldg(run.mask + v);
+        const float4 info = __ldg(row_info + __ldg(col + v));  // max_i, sum_i, er_i
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) {
+            float p = 0.f;
+            if ((bits >> r) & 1) p = expf(leaky_relu(info.z + __ldg(el_rows + r), slope) - info.x) / info.y;
+            dst[slot + r * stride] = p;
+        }
+    }
 }
 
 }  // namespace fg::softmax

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import flashgnn._cuda.edge_softmax as cuda_softmax
 from flashgnn.format import MEBCRS
 from flashgnn.ops import edge_softmax, sddmm
+from flashgnn.ops._pattern import transposed_values
 from flashgnn.ops.reference import edge_softmax_backward_reference, edge_softmax_reference
 from tests.helpers import GPU
 from tests.kernel_cases import CASES
@@ -143,17 +144,26 @@ def test_special_values_follow_the_reference(rng):
 @pytest.mark.parametrize("k", [8, 4])
 @pytest.mark.parametrize("case", list(CASES))
 def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
-    """softmax(leaky_relu(er_i + el_j)) with the scores formed in the kernel, and its backward
-    through the leaky ReLU, equal the rank-2 fp32 SDDMM, leaky ReLU and the stored-score
-    kernels bit for bit (split hub windows included); every slot written."""
+    """softmax(leaky_relu(er_i + el_j)) with the scores formed in the kernel, its backward
+    through the leaky ReLU, and P^T computed in A^T's layout from the row records equal the
+    rank-2 fp32 SDDMM, leaky ReLU, the stored-score kernels and moving P bit for bit (split hub
+    windows included); every slot written."""
     f = gpu_format(CASES[case](rng), k)
     slope = 0.15
     er = torch.randn(f.n_rows, device="cuda")
     el = torch.randn(f.n_cols, device="cuda")
     scores = sddmm(f, torch.stack([er, torch.ones_like(er)], 1), torch.stack([torch.ones_like(el), el], 1), "fp32")
     probs = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, F.leaky_relu(scores, slope), k)
-    got = cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, k, out=nan_buffer(f))
+    got, row_info = cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, k,
+                                                   out=nan_buffer(f))
     assert torch.equal(got, probs)
+    t = f.transpose()
+    moved = transposed_values(probs, t.fmt.col_idx, t.fmt.perm, t.src_slot)
+    computed = cuda_softmax.gat_softmax_transposed_cuda(t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, el, slope,
+                                                        row_info, k)
+    real_t = real_slots(t.fmt).cuda()
+    assert torch.equal(computed[real_t], moved[real_t])
+    assert not computed[~real_t].any()
 
     grad = torch.randn(8 * f.n_vectors, device="cuda")
     d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k)
@@ -165,19 +175,25 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
 
 
 def test_gat_terms_are_checked(rng):
-    f = gpu_format(CASES["square_61x61"](rng), 8)
+    f = gpu_format(CASES["tall_100x7"](rng), 8)
     er, el = torch.randn(f.n_rows, device="cuda"), torch.randn(f.n_cols, device="cuda")
     args = (f.row_ptr, f.col_idx, f.vec_mask)
     with pytest.raises(ValueError, match="er must have one term per row"):
-        cuda_softmax.gat_softmax_cuda(*args, er[:50], el, 0.2, 8)
+        cuda_softmax.gat_softmax_cuda(*args, er[:90], el, 0.2, 8)
     with pytest.raises(ValueError, match="el must be a 1-D float32 tensor"):
         cuda_softmax.gat_softmax_cuda(*args, er, el.double(), 0.2, 8)
     with pytest.raises(ValueError, match="col_idx must be int32"):
         cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx.long(), f.vec_mask, er, el, 0.2, 8)
     # strided terms (columns of a [N, 2] tensor) are read as their values
     terms = torch.stack([er, er + 1], 1)
-    assert torch.equal(cuda_softmax.gat_softmax_cuda(*args, terms[:, 0], el, 0.2, 8),
-                       cuda_softmax.gat_softmax_cuda(*args, er, el, 0.2, 8))
+    probs, row_info = cuda_softmax.gat_softmax_cuda(*args, er, el, 0.2, 8)
+    assert torch.equal(cuda_softmax.gat_softmax_cuda(*args, terms[:, 0], el, 0.2, 8)[0], probs)
+    t = f.transpose().fmt
+    t_args = (t.row_ptr, t.col_idx, t.vec_mask)
+    with pytest.raises(ValueError, match="el must have one term per row"):
+        cuda_softmax.gat_softmax_transposed_cuda(*t_args, torch.cat([el, el]), 0.2, row_info, 8)
+    with pytest.raises(ValueError, match="row_info must be gat_softmax_cuda's"):
+        cuda_softmax.gat_softmax_transposed_cuda(*t_args, el, 0.2, row_info[:-1], 8)
 
 
 @pytest.mark.parametrize("name", ["cora", "musae_github"])

@@ -16,7 +16,8 @@ _OPS = {"forward": ("Forward", 2), "backward": ("Backward", 1)}  # template, STA
 _SOURCES = ("StoredScores", "GatScores")  # where the scores come from (kernels/edge_softmax.cu)
 _STAGES = ("edge_softmax_segments", "edge_softmax_finish")
 SOURCE = register("edge_softmax.cu", [f"fg::softmax::{stage}<fg::softmax::{op}<fg::softmax::{source}>>"
-                                      for stage in _STAGES for op, _ in _OPS.values() for source in _SOURCES])
+                                      for stage in _STAGES for op, _ in _OPS.values() for source in _SOURCES]
+                  + ["fg::softmax::gat_softmax_transposed"])
 _WARPS = 8  # warps per block, one window segment (or split window) each
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -43,28 +44,29 @@ def _check(row_ptr, vec_mask, k, named):
             raise ValueError(f"{name} is on {t.device}; every input must be on one CUDA device")
 
 
-def _check_terms(row_ptr, col_idx, er, el) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAT's score terms, checked (float32 on the pattern's device, er one per row of the
-    windows) and contiguous."""
+def _check_terms(row_ptr, col_idx, row_terms, *col_terms) -> list[torch.Tensor]:
+    """GAT's score terms, ``(name, tensor)`` pairs: 1-D float32 on the pattern's device, the row
+    terms one per row of the windows; returned contiguous, in order."""
     if col_idx.dtype != torch.int32 or col_idx.device != row_ptr.device:
         raise ValueError(f"col_idx must be int32 on {row_ptr.device}, got {col_idx.dtype} on {col_idx.device}")
     n_windows = row_ptr.numel() - 1
-    for name, t in (("er", er), ("el", el)):
+    for name, t in (row_terms, *col_terms):
         if t.dtype != torch.float32 or t.device != row_ptr.device or t.dim() != 1:
             raise ValueError(f"{name} must be a 1-D float32 tensor on {row_ptr.device}, "
                              f"got {t.dtype} {tuple(t.shape)} on {t.device}")
-    if not 8 * (n_windows - 1) < er.numel() <= 8 * n_windows:
-        raise ValueError(f"er must have one term per row ({n_windows} windows of 8 rows), got {er.numel()}")
-    return er.contiguous(), el.contiguous()
+    name, rows = row_terms
+    if not 8 * (n_windows - 1) < rows.numel() <= 8 * n_windows:
+        raise ValueError(f"{name} must have one term per row ({n_windows} windows of 8 rows), got {rows.numel()}")
+    return [t.contiguous() for _, t in (row_terms, *col_terms)]
 
 
 def _address(t: torch.Tensor | None) -> int:
     return 0 if t is None else ptr(t)
 
 
-def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None) -> torch.Tensor:
+def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, row_info=None) -> torch.Tensor:
     """Launch ``op``'s kernels; the scores are ``scale * a`` (forward) or, with ``gat`` =
-    (col_idx, er, el, slope), GAT's."""
+    (col_idx, er, el, slope), GAT's; the forward's row records go to ``row_info`` when given."""
     template, n_stats = _OPS[op]
     device = vec_mask.device
     a = None if a is None else operand(a, torch.float32)
@@ -83,14 +85,15 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None) ->
     col_idx, er, el, slope = (None, None, None, 0.0) if gat is None else gat
     tag = f"fg::softmax::{template}<fg::softmax::{_SOURCES[gat is not None]}>"
     args = (_address(col_idx), _address(a), _address(b), _address(scale), _address(er), _address(el), f32(slope))
+    info = _address(row_info)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
            ptr(row_ptr), ptr(vec_mask), *args, ptr(out), *seg.pointers("window", "begin", "part"),
-           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats))
+           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats), info)
     if seg.n_parts:
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
                ptr(row_ptr), ptr(vec_mask), *args, ptr(out),
                *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
-               seg.seg_vectors, k_log2, ptr(part_stats))
+               seg.seg_vectors, k_log2, ptr(part_stats), info)
     return out
 
 
@@ -119,7 +122,8 @@ def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, pr
 
 
 def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, er: torch.Tensor,
-                     el: torch.Tensor, slope: float, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+                     el: torch.Tensor, slope: float, k: int,
+                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """GAT's attention: the softmax of leaky_relu(er_i + el_j) over each row's real nonzeros,
     on the GPU, with the scores computed in the kernel (the bits of the rank-2 fp32 SDDMM of
     [er, 1] and [1, el] followed by torch's leaky ReLU and ``edge_softmax_cuda``).
@@ -127,11 +131,42 @@ def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: tor
     row_ptr int64 [n_windows + 1], col_idx int32 [n_vectors], vec_mask uint8 [n_vectors]: the
     pattern; er float32 [n_rows] (one term per destination row), el float32 [n_cols] (one per
     source column; its length is the caller's to check); slope: the leaky ReLU's negative
-    slope. Returns float32 [8 * n_vectors], padding slots 0.
+    slope. Returns (P float32 [8 * n_vectors], padding slots 0; the rows' records, float32
+    [8 * n_windows, 4]: each row's max score, sum of exp(s - max) and er, then 0, which
+    ``gat_softmax_transposed_cuda`` reads).
     """
     _check(row_ptr, vec_mask, k, {})
-    er, el = _check_terms(row_ptr, col_idx, er, el)
-    return _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope))
+    er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
+    rows = 8 * (row_ptr.numel() - 1)
+    if er.numel() < rows:  # whole windows of terms, so that the kernels store every row's
+        er = torch.nn.functional.pad(er, (0, rows - er.numel()))
+    row_info = torch.empty(rows, 4, dtype=torch.float32, device=er.device)
+    probs = _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope), row_info=row_info)
+    return probs, row_info
+
+
+def gat_softmax_transposed_cuda(t_row_ptr: torch.Tensor, t_col_idx: torch.Tensor, t_vec_mask: torch.Tensor,
+                                el: torch.Tensor, slope: float, row_info: torch.Tensor, k: int) -> torch.Tensor:
+    """P^T in A^T's value layout, for (P, row_info) = ``gat_softmax_cuda(A's pattern, er, el,
+    slope, k)``: the bits of moving P into A^T's layout, computed instead.
+
+    t_row_ptr, t_col_idx, t_vec_mask: A^T's pattern (block width k); el float32 [n_cols(A)] as
+    given to gat_softmax_cuda; row_info its second result (for that A: A^T's columns index it).
+    Returns float32 [8 * n_vectors(A^T)], padding slots 0.
+    """
+    _check(t_row_ptr, t_vec_mask, k, {})
+    (el,) = _check_terms(t_row_ptr, t_col_idx, ("el", el))
+    if (row_info.dtype != torch.float32 or row_info.device != el.device or row_info.dim() != 2
+            or row_info.shape[0] % 8 or row_info.shape[1] != 4 or not row_info.is_contiguous()):
+        raise ValueError(f"row_info must be gat_softmax_cuda's [8 * n_windows, 4] float32 records on {el.device}, "
+                         f"got {row_info.dtype} {tuple(row_info.shape)} on {row_info.device}")
+    out = torch.empty(8 * t_vec_mask.numel(), dtype=torch.float32, device=el.device)
+    seg = segments_for(t_row_ptr)
+    if seg.n_segments:
+        launch(SOURCE, "fg::softmax::gat_softmax_transposed", el.device, _blocks(seg.n_segments), (32 * _WARPS,),
+               ptr(t_row_ptr), ptr(t_vec_mask), ptr(t_col_idx), ptr(el), f32(slope), ptr(row_info), ptr(out),
+               *seg.pointers("window", "begin", "part"), seg.n_segments, seg.seg_vectors, k.bit_length() - 1)
+    return out
 
 
 def gat_softmax_backward_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor,
@@ -141,5 +176,5 @@ def gat_softmax_backward_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_
     ``edge_softmax_backward_cuda`` followed by leaky_relu's backward in one pass. Inputs as in
     ``gat_softmax_cuda`` and ``edge_softmax_backward_cuda``; returns float32 [8 * n_vectors]."""
     _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
-    er, el = _check_terms(row_ptr, col_idx, er, el)
+    er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
     return _run("backward", row_ptr, vec_mask, probs, grad, k, out, gat=(col_idx, er, el, slope))

@@ -8,7 +8,9 @@ the backward written out. Besides building no intermediate autograd node, it sav
 softmax output and the dropout mask: the dropped attention is rebuilt from P and the mask. On
 the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i + el_j) for
 each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
-for (on the CPU those ops run). In A's value layout a per-edge tensor takes 8 slots per 8x1
+for (on the CPU those ops run); without dropout and edge values, P^T (for dH) is computed in
+A^T's layout from the softmax's row records instead of moved there, and the terms'
+gradients are sums over rows (er) and, through A^T's CSR order, columns (el). In A's value layout a per-edge tensor takes 8 slots per 8x1
 vector, 8 times the edges on a graph with one nonzero per vector, so each pass over one, and
 each one kept, matters on large graphs.
 """
@@ -22,7 +24,7 @@ from torch.autograd.function import once_differentiable
 from ..format import MEBCRS
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
-from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
+from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda, gat_softmax_transposed_cuda
 from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
@@ -41,12 +43,13 @@ def _on_kernels(er: Tensor, el: Tensor) -> bool:
     return er.is_cuda and er.dtype == el.dtype == torch.float32
 
 
-def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int) -> Tensor:
-    """P = edge_softmax(leaky_relu(er_i + el_j)) in A's value layout, fp32 (float64)."""
+def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int) -> tuple[Tensor, Tensor | None]:
+    """P = edge_softmax(leaky_relu(er_i + el_j)) in A's value layout, fp32 (float64), and on
+    the kernels its rows' records (which give P^T: ``gat_softmax_transposed_cuda``), else None."""
     if _on_kernels(er, el):
         return gat_softmax_cuda(*pattern, er.view(-1), el.view(-1), slope, k)
     scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
-    return _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k)
+    return _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k), None
 
 
 def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Tensor, d_prob: Tensor,
@@ -81,7 +84,7 @@ def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ft, er, el, edge_values, pattern, transposed, t_indptr, n_rows, k, slope, drop, precision):
-        prob = _attention(pattern, er, el, slope, n_rows, k)
+        prob, row_info = _attention(pattern, er, el, slope, n_rows, k)
         keep = None
         if drop > 0:
             dropped, keep = torch.native_dropout(prob, drop, True)
@@ -92,7 +95,7 @@ class _Attention(torch.autograd.Function):
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
-        ctx.save_for_backward(ft_k, er, el, prob, keep, edge_values, t_indptr, *pattern, *transposed)
+        ctx.save_for_backward(ft_k, er, el, prob, row_info, keep, edge_values, t_indptr, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
         return out.to(ft.dtype)
@@ -100,7 +103,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        ft_k, er, el, prob, keep, edge_values, t_indptr, *rest = ctx.saved_tensors
+        ft_k, er, el, prob, row_info, keep, edge_values, t_indptr, *rest = ctx.saved_tensors
         pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
         transposed = (t_row_ptr, t_col_idx, t_vec_mask)
         n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
@@ -120,7 +123,10 @@ class _Attention(torch.autograd.Function):
 
         grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
-            dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
+            if row_info is not None and keep is None and edge_values is None:  # P' = P: computed in A^T's layout
+                dropped_t = gat_softmax_transposed_cuda(*transposed, el.view(-1), ctx.slope, row_info, k)
+            else:
+                dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
             grad_ft = _spmm(*transposed, dropped_t, grad_k, n_cols, k, precision,
                             ctx.ft_dtype == torch.float32, *NO_TRANSPOSE).to(ctx.ft_dtype)
             del dropped_t
