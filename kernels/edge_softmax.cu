@@ -110,10 +110,12 @@ struct ScoreArgs {
     const float* er;      // GatScores: destination terms [n_rows]
     const float* el;      // GatScores: source terms [n_cols]
     float slope;          // GatScores: leaky ReLU's negative slope
+    const float4* row_info;  // GatScores, backward: the forward's row records (store_row_info)
 };
 
 // A source's scores are read per vector: column(v) fetches what the vector's slots share, then
-// at(slot, r, c) gives the score of its row r.
+// at(slot, r, c) gives the score of its row r; in the backward, prob(p, slot, r, c) the
+// forward's output there (p: the stored one).
 
 // scale * the stored score.
 struct StoredScores {
@@ -126,27 +128,36 @@ struct StoredScores {
     __device__ __forceinline__ Column column(int) const { return {}; }
     __device__ __forceinline__ float row_term(int) const { return 0.f; }
     __device__ __forceinline__ float at(int slot, int, Column) const { return __fmul_rn(a[slot], scale); }
+    __device__ __forceinline__ float prob(const float* p, int slot, int, Column) const { return p[slot]; }
     __device__ __forceinline__ float backprop(float d, int, Column) const { return d; }
 };
 
 // torch's leaky ReLU (and its backward's test, e > 0).
 __device__ __forceinline__ float leaky_relu(float e, float slope) { return e > 0.f ? e : e * slope; }
 
-// leaky_relu(er_i + el_j) for the slot's row i and the vector's column j.
+// leaky_relu(er_i + el_j) for the slot's row i and the vector's column j; in the backward
+// the forward's output is computed again from the row records, as Forward::write computed it
+// (the same bits, without reading P).
 struct GatScores {
     using Column = float;  // el_j
     const int* col;        // the run's columns
     const float* er;       // the term of the window's first row
     const float* el;
     float slope;
+    const float4* info;    // the record of the window's first row (backward)
 
     __device__ __forceinline__ GatScores(const ScoreArgs& in, const WindowSegment& s, i64)
-        : col(in.col_idx + s.start + s.begin), er(in.er + WINDOW * s.window), el(in.el), slope(in.slope) {}
+        : col(in.col_idx + s.start + s.begin), er(in.er + WINDOW * s.window), el(in.el), slope(in.slope),
+          info(in.row_info + WINDOW * s.window) {}
     __device__ __forceinline__ float column(int v) const { return __ldg(el + __ldg(col + v)); }
     __device__ __forceinline__ float row_term(int r) const { return __ldg(er + r); }  // er holds whole windows
     // the score before the activation; r a real row
     __device__ __forceinline__ float pre(int r, float el_j) const { return __ldg(er + r) + el_j; }
     __device__ __forceinline__ float at(int, int r, float el_j) const { return leaky_relu(pre(r, el_j), slope); }
+    __device__ __forceinline__ float prob(const float*, int slot, int r, float el_j) const {
+        const float4 ri = __ldg(info + r);  // max, sum
+        return expf(at(slot, r, el_j) - ri.x) / ri.y;
+    }
     __device__ __forceinline__ float backprop(float d, int r, float el_j) const {
         return pre(r, el_j) > 0.f ? d : d * slope;
     }
@@ -227,25 +238,27 @@ struct Forward {
     }
 };
 
-// Backward. a: the forward's output p; b: the output gradient g; Scores: the activation's
-// derivative (GatScores) or none (StoredScores; the scale is not used).
+// Backward. a: the forward's output p (StoredScores; GatScores computes it); b: the output
+// gradient g; Scores: also the activation's derivative (GatScores) or none (StoredScores; the
+// scale is not used).
 template <class Scores>
 struct Backward {
     using Source = Scores;
     static constexpr bool FORWARD = false;
     static constexpr int STATS = 1;  // row sum of p * g
 
-    static __device__ __forceinline__ void stats(const VectorRun& run, const Scores&, const float* a, const float* b,
+    static __device__ __forceinline__ void stats(const VectorRun& run, const Scores& sc, const float* a, const float* b,
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[0][i] = 0.f;
         for (int v = lane_id(); v < run.n_vec; v += 32) {
             int slot, stride;
             run.slots(v, slot, stride);
+            const typename Scores::Column c = sc.column(v);
             for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
                 const int r = __ffs(bits) - 1;
                 const int q = slot + r * stride;
-                row_add(st[0], r, a[q] * b[q]);
+                row_add(st[0], r, sc.prob(a, q, r, c) * b[q]);
             }
         }
         warp_sum(st[0]);
@@ -271,7 +284,7 @@ struct Backward {
 #pragma unroll
             for (int r = 0; r < WINDOW; ++r) {
                 const int q = slot + r * stride;
-                out[q] = (bits >> r) & 1 ? sc.backprop(a[q] * (b[q] - st[0][r]), r, c) : 0.f;
+                out[q] = (bits >> r) & 1 ? sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c) : 0.f;
             }
         }
     }
@@ -298,7 +311,8 @@ __device__ __forceinline__ void store_row_info(const float (&st)[2][WINDOW], con
 __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; }
 
 // The kernels' parameters: the pattern (row_ptr, vec_mask, col_idx), a and b (Op's inputs in
-// the value layout; a is the forward's stored scores), then the other ScoreArgs.
+// the value layout; a is the forward's stored scores), then the other ScoreArgs; row_info the
+// forward's row records (written by Forward when not null, read by Backward<GatScores>).
 template <class Op>
 __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
                                       const int* __restrict__ col_idx, const float* __restrict__ a,
@@ -313,7 +327,7 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
     const VectorRun run = vector_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
-    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope}, s, off);
+    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope, row_info}, s, off);
     float st[Op::STATS][WINDOW];
     Op::stats(run, sc, a + off, b + off, st);
     if (s.part >= 0) {
@@ -348,7 +362,7 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     const WindowSegment s = window_segment_at(row_ptr, split_window[lo], begin, (int)part, seg_vectors);
     const VectorRun run = vector_run(vec_mask, s, k_log2);
     const i64 off = run_offset(s);
-    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope}, s, off);
+    const typename Op::Source sc(ScoreArgs{a, scale, col_idx, er, el, slope, row_info}, s, off);
     // every warp of the window combines its segments' statistics in the same order: equal bits
     float st[Op::STATS][WINDOW];
     Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);

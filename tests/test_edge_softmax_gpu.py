@@ -168,7 +168,7 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
     grad = torch.randn(8 * f.n_vectors, device="cuda")
     d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k)
     want = torch.ops.aten.leaky_relu_backward(d, scores, slope, False)
-    got = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, probs, grad, k,
+    got = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k,
                                                  out=nan_buffer(f))
     assert torch.equal(got, want)
     assert (scores[real_slots(f).cuda()] <= 0).any() or f.nnz == 0, "no score took the leaky branch"
@@ -194,6 +194,8 @@ def test_gat_terms_are_checked(rng):
         cuda_softmax.gat_softmax_transposed_cuda(*t_args, torch.cat([el, el]), 0.2, row_info, 8)
     with pytest.raises(ValueError, match="row_info must be gat_softmax_cuda's"):
         cuda_softmax.gat_softmax_transposed_cuda(*t_args, el, 0.2, row_info[:-1], 8)
+    with pytest.raises(ValueError, match=r"row_info must be gat_softmax_cuda's \[104, 4\]"):
+        cuda_softmax.gat_softmax_backward_cuda(*args, er, el, 0.2, row_info[:96], probs, 8)
 
 
 @pytest.mark.parametrize("name", ["cora", "musae_github"])

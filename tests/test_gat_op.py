@@ -15,7 +15,7 @@ from flashgnn.format import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops import gat as gat_module
 from flashgnn.ops.precision import half_storage
-from tests.helpers import GPU, random_csr, rel_err
+from tests.helpers import GPU, needs_gpu, random_csr, rel_err
 
 BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 
@@ -133,6 +133,25 @@ def test_keeps_one_slot_sized_tensor_and_the_mask(rng):
 
     assert sorted(dtype for _, dtype in saved_slot_tensors(False)) == ["torch.bool", "torch.float32"]
     assert len(saved_slot_tensors(True)) >= 4
+
+
+@needs_gpu
+def test_gpu_keeps_no_slot_sized_tensor_without_dropout(rng):
+    """On the kernels the backward computes P from 16-byte row records: without dropout the
+    node keeps nothing the size of A's value layout; with it, P and the mask as on the CPU."""
+    a, _ = _adjacency(rng)
+    a = a.to("cuda")
+    ft = torch.randn(a.n_rows, 8, device="cuda", requires_grad=True)
+    terms = torch.randn(a.n_rows, 2, device="cuda", requires_grad=True)
+
+    def saved_slot_tensors(drop):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            _gat(a, ft, terms, 0.2, drop)
+        return sorted(str(t.dtype) for t in saved if t.numel() == a.n_slots)
+
+    assert saved_slot_tensors(0.0) == []
+    assert saved_slot_tensors(0.5) == ["torch.bool", "torch.float32"]
 
 
 def test_no_dropout_without_a_probability(rng):

@@ -60,6 +60,16 @@ def _check_terms(row_ptr, col_idx, row_terms, *col_terms) -> list[torch.Tensor]:
     return [t.contiguous() for _, t in (row_terms, *col_terms)]
 
 
+def _check_row_info(row_info: torch.Tensor, rows: int | None, device: torch.device) -> None:
+    """gat_softmax_cuda's row records: float32 [rows, 4] (rows a multiple of 8 when not given)."""
+    if (row_info.dtype != torch.float32 or row_info.device != device or row_info.dim() != 2
+            or row_info.shape[1] != 4 or row_info.shape[0] % 8 or rows not in (None, row_info.shape[0])
+            or not row_info.is_contiguous()):
+        shape = "8 * n_windows" if rows is None else rows
+        raise ValueError(f"row_info must be gat_softmax_cuda's [{shape}, 4] float32 records on {device}, "
+                         f"got {row_info.dtype} {tuple(row_info.shape)} on {row_info.device}")
+
+
 def _address(t: torch.Tensor | None) -> int:
     return 0 if t is None else ptr(t)
 
@@ -156,10 +166,7 @@ def gat_softmax_transposed_cuda(t_row_ptr: torch.Tensor, t_col_idx: torch.Tensor
     """
     _check(t_row_ptr, t_vec_mask, k, {})
     (el,) = _check_terms(t_row_ptr, t_col_idx, ("el", el))
-    if (row_info.dtype != torch.float32 or row_info.device != el.device or row_info.dim() != 2
-            or row_info.shape[0] % 8 or row_info.shape[1] != 4 or not row_info.is_contiguous()):
-        raise ValueError(f"row_info must be gat_softmax_cuda's [8 * n_windows, 4] float32 records on {el.device}, "
-                         f"got {row_info.dtype} {tuple(row_info.shape)} on {row_info.device}")
+    _check_row_info(row_info, None, el.device)
     out = torch.empty(8 * t_vec_mask.numel(), dtype=torch.float32, device=el.device)
     seg = segments_for(t_row_ptr)
     if seg.n_segments:
@@ -170,11 +177,13 @@ def gat_softmax_transposed_cuda(t_row_ptr: torch.Tensor, t_col_idx: torch.Tensor
 
 
 def gat_softmax_backward_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor,
-                              er: torch.Tensor, el: torch.Tensor, slope: float, probs: torch.Tensor,
+                              er: torch.Tensor, el: torch.Tensor, slope: float, row_info: torch.Tensor,
                               grad: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The gradient of GAT's pre-activation scores er_i + el_j from that of its attention:
-    ``edge_softmax_backward_cuda`` followed by leaky_relu's backward in one pass. Inputs as in
-    ``gat_softmax_cuda`` and ``edge_softmax_backward_cuda``; returns float32 [8 * n_vectors]."""
-    _check(row_ptr, vec_mask, k, {"probs": probs, "grad": grad})
+    """The gradient of GAT's pre-activation scores er_i + el_j from that of its attention P:
+    ``edge_softmax_backward_cuda`` followed by leaky_relu's backward in one pass, with P
+    computed again from ``row_info`` (not read). Inputs as in ``gat_softmax_cuda``, row_info
+    its second result, grad [8 * n_vectors]; returns float32 [8 * n_vectors]."""
+    _check(row_ptr, vec_mask, k, {"grad": grad})
     er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
-    return _run("backward", row_ptr, vec_mask, probs, grad, k, out, gat=(col_idx, er, el, slope))
+    _check_row_info(row_info, 8 * (row_ptr.numel() - 1), er.device)
+    return _run("backward", row_ptr, vec_mask, None, grad, k, out, gat=(col_idx, er, el, slope), row_info=row_info)

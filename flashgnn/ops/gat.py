@@ -8,11 +8,12 @@ the backward written out. Besides building no intermediate autograd node, it sav
 softmax output and the dropout mask: the dropped attention is rebuilt from P and the mask. On
 the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i + el_j) for
 each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
-for (on the CPU those ops run); without dropout and edge values, P^T (for dH) is computed in
-A^T's layout from the softmax's row records instead of moved there, and the terms'
-gradients are sums over rows (er) and, through A^T's CSR order, columns (el). In A's value layout a per-edge tensor takes 8 slots per 8x1
-vector, 8 times the edges on a graph with one nonzero per vector, so each pass over one, and
-each one kept, matters on large graphs.
+for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
+the backward computes P again; without dropout and edge values P is then not kept at all, and
+P^T (for dH) is computed in A^T's layout instead of moved there. The terms' gradients are sums
+over rows (er) and, through A^T's CSR order, columns (el). In A's value layout a per-edge
+tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero per vector,
+so each pass over one, and each one kept, matters on large graphs.
 """
 from __future__ import annotations
 
@@ -52,11 +53,12 @@ def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: in
     return _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k), None
 
 
-def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Tensor, d_prob: Tensor,
-                        n_rows: int, k: int) -> Tensor:
-    """d(er_i + el_j) in A's value layout from P and dP."""
-    if _on_kernels(er, el):
-        return gat_softmax_backward_cuda(*pattern, er.view(-1), el.view(-1), slope, prob, d_prob, k)
+def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Tensor | None,
+                        row_info: Tensor | None, d_prob: Tensor, n_rows: int, k: int) -> Tensor:
+    """d(er_i + el_j) in A's value layout from P (on the kernels its rows' records, and P may
+    be None) and dP."""
+    if row_info is not None:
+        return gat_softmax_backward_cuda(*pattern, er.view(-1), el.view(-1), slope, row_info, d_prob, k)
     d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
     scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
     torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, slope, False, grad_input=d_scores)
@@ -95,7 +97,11 @@ class _Attention(torch.autograd.Function):
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
-        ctx.save_for_backward(ft_k, er, el, prob, row_info, keep, edge_values, t_indptr, *pattern, *transposed)
+        # on the kernels, without dropout or edge values, the backward computes P again from
+        # the rows' records (P^T too): P, the size of A's value layout, is not kept
+        computes_p = row_info is not None and keep is None and edge_values is None
+        ctx.save_for_backward(ft_k, er, el, None if computes_p else prob, row_info, keep, edge_values, t_indptr,
+                              *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
         return out.to(ft.dtype)
@@ -123,7 +129,7 @@ class _Attention(torch.autograd.Function):
 
         grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
-            if row_info is not None and keep is None and edge_values is None:  # P' = P: computed in A^T's layout
+            if prob is None:  # P' = P, computed in A^T's layout
                 dropped_t = gat_softmax_transposed_cuda(*transposed, el.view(-1), ctx.slope, row_info, k)
             else:
                 dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
@@ -132,7 +138,7 @@ class _Attention(torch.autograd.Function):
             del dropped_t
         if need_er or need_el:
             d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
-            d_scores = _attention_backward(pattern, er, el, ctx.slope, prob, d_prob, n_rows, k)
+            d_scores = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
             del d_prob
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
             if need_er:
