@@ -82,9 +82,10 @@ def main() -> None:
         x[7] = 0.0
         beta = torch.tensor([0.8], device="cuda", requires_grad=True)
         ops.agnn_propagate(adj, x.requires_grad_(), beta, precision).sum().backward()
-        # GAT (scores formed in the softmax kernels), with attention dropout
+        # GAT (scores formed in the softmax kernels): P^T moved (attention dropout) or computed
         terms = torch.randn(300, 2, device="cuda", requires_grad=True)
-        ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, 0.3, precision).sum().backward()
+        for drop in (0.3, 0.0):
+            ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, drop, precision).sum().backward()
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):
         ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")
