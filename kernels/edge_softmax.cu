@@ -13,9 +13,10 @@
 // (d, or d * slope where er_i + el_j <= 0, as torch's leaky_relu_backward).
 //
 // A warp takes a run of a window's vectors, a lane one vector at a time: the statistics visit
-// each vector's set bits (an 8x1 vector holds about one nonzero on power-law graphs, so 8
-// slots cost one visit, not eight), and the output is written for all 8 rows of the vector
-// (0 in padding slots), the vectors of a block side by side in each row (coalesced). Each
+// each vector's set bits (for_each_nonzero: an 8x1 vector holds about one nonzero on power-law
+// graphs, so 8 slots cost one visit, not eight), and the output is written for all 8 rows of
+// the vector (write_vectors: 0 in padding slots, the vectors of a block side by side in each
+// row, coalesced). Each
 // lane keeps one accumulator per window row (8 registers, indexed through selects, never
 // local memory); butterfly shuffles give every lane the row totals, bitwise identical across
 // lanes and runs.
@@ -163,6 +164,40 @@ struct GatScores {
     }
 };
 
+// f(slot, r, column(v)) for each set bit r of each vector v of this lane (lane, lane + 32, ...):
+// the slot of row r of vector v, counted from the run's first.
+template <class Column, class F>
+__device__ __forceinline__ void for_each_nonzero(const VectorRun& run, Column column, F f) {
+    for (int v = lane_id(); v < run.n_vec; v += 32) {
+        int slot, stride;
+        run.slots(v, slot, stride);
+        const auto c = column(v);
+        for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
+            const int r = __ffs(bits) - 1;
+            f(slot + r * stride, r, c);
+        }
+    }
+}
+
+// out[slot] = f(slot, r, column(v)) for all 8 rows r of each vector v of this lane, 0 in the
+// padding slots: the vectors of a block side by side in each row (coalesced).
+template <class Column, class F>
+__device__ __forceinline__ void write_vectors(const VectorRun& run, Column column, float* out, F f) {
+    for (int v = lane_id(); v < run.n_vec; v += 32) {
+        int slot, stride;
+        run.slots(v, slot, stride);
+        const u32 bits = __ldg(run.mask + v);
+        const auto c = column(v);
+#pragma unroll
+        for (int r = 0; r < WINDOW; ++r) {
+            const int q = slot + r * stride;
+            float x = 0.f;
+            if ((bits >> r) & 1) x = f(q, r, c);
+            out[q] = x;
+        }
+    }
+}
+
 // Forward. a, b: unused (the scores come from Scores).
 template <class Scores>
 struct Forward {
@@ -177,25 +212,12 @@ struct Forward {
             st[0][i] = neg_inf();
             st[1][i] = 0.f;
         }
-        for (int v = lane_id(); v < run.n_vec; v += 32) {
-            int slot, stride;
-            run.slots(v, slot, stride);
-            const typename Scores::Column c = sc.column(v);
-            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
-                const int r = __ffs(bits) - 1;
-                row_max(st[0], r, sc.at(slot + r * stride, r, c));
-            }
-        }
+        const auto column = [&](int v) { return sc.column(v); };
+        for_each_nonzero(run, column, [&](int q, int r, auto c) { row_max(st[0], r, sc.at(q, r, c)); });
         warp_max(st[0]);
-        for (int v = lane_id(); v < run.n_vec; v += 32) {
-            int slot, stride;
-            run.slots(v, slot, stride);
-            const typename Scores::Column c = sc.column(v);
-            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
-                const int r = __ffs(bits) - 1;
-                row_add(st[1], r, expf(sc.at(slot + r * stride, r, c) - row_get(st[0], r)));
-            }
-        }
+        for_each_nonzero(run, column, [&](int q, int r, auto c) {
+            row_add(st[1], r, expf(sc.at(q, r, c) - row_get(st[0], r)));
+        });
         warp_sum(st[1]);
     }
 
@@ -224,17 +246,8 @@ struct Forward {
 
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float*, const float*,
                                                  const float (&st)[STATS][WINDOW], float* out) {
-        for (int v = lane_id(); v < run.n_vec; v += 32) {
-            int slot, stride;
-            run.slots(v, slot, stride);
-            const u32 bits = __ldg(run.mask + v);
-            const typename Scores::Column c = sc.column(v);
-#pragma unroll
-            for (int r = 0; r < WINDOW; ++r) {
-                const int q = slot + r * stride;
-                out[q] = (bits >> r) & 1 ? expf(sc.at(q, r, c) - st[0][r]) / st[1][r] : 0.f;
-            }
-        }
+        write_vectors(run, [&](int v) { return sc.column(v); }, out,
+                      [&](int q, int r, auto c) { return expf(sc.at(q, r, c) - st[0][r]) / st[1][r]; });
     }
 };
 
@@ -251,16 +264,8 @@ struct Backward {
                                                  float (&st)[STATS][WINDOW]) {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[0][i] = 0.f;
-        for (int v = lane_id(); v < run.n_vec; v += 32) {
-            int slot, stride;
-            run.slots(v, slot, stride);
-            const typename Scores::Column c = sc.column(v);
-            for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
-                const int r = __ffs(bits) - 1;
-                const int q = slot + r * stride;
-                row_add(st[0], r, sc.prob(a, q, r, c) * b[q]);
-            }
-        }
+        for_each_nonzero(run, [&](int v) { return sc.column(v); },
+                         [&](int q, int r, auto c) { row_add(st[0], r, sc.prob(a, q, r, c) * b[q]); });
         warp_sum(st[0]);
     }
 
@@ -276,17 +281,9 @@ struct Backward {
 
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float* a, const float* b,
                                                  const float (&st)[STATS][WINDOW], float* out) {
-        for (int v = lane_id(); v < run.n_vec; v += 32) {
-            int slot, stride;
-            run.slots(v, slot, stride);
-            const u32 bits = __ldg(run.mask + v);
-            const typename Scores::Column c = sc.column(v);
-#pragma unroll
-            for (int r = 0; r < WINDOW; ++r) {
-                const int q = slot + r * stride;
-                out[q] = (bits >> r) & 1 ? sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c) : 0.f;
-            }
-        }
+        write_vectors(run, [&](int v) { return sc.column(v); }, out, [&](int q, int r, auto c) {
+            return sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c);
+        });
     }
 };
 
@@ -391,19 +388,10 @@ __global__ void gat_softmax_transposed(const i64* __restrict__ row_ptr, const u8
     const VectorRun run = vector_run(vec_mask, s, k_log2);
     const int* col = col_idx + s.start + s.begin;
     const float* el_rows = el + WINDOW * s.window;
-    float* dst = out + run_offset(s);
-    for (int v = lane_id(); v < run.n_vec; v += 32) {
-        int slot, stride;
-        run.slots(v, slot, stride);
-        const u32 bits = __ldg(run.mask + v);
-        const float4 info = __ldg(row_info + __ldg(col + v));  // max_i, sum_i, er_i
-#pragma unroll
-        for (int r = 0; r < WINDOW; ++r) {
-            float p = 0.f;
-            if ((bits >> r) & 1) p = expf(leaky_relu(info.z + __ldg(el_rows + r), slope) - info.x) / info.y;
-            dst[slot + r * stride] = p;
-        }
-    }
+    write_vectors(run, [&](int v) { return __ldg(row_info + __ldg(col + v)); }, out + run_offset(s),
+                  [&](int, int r, float4 info) {  // max_i, sum_i, er_i
+                      return expf(leaky_relu(info.z + __ldg(el_rows + r), slope) - info.x) / info.y;
+                  });
 }
 
 }  // namespace fg::softmax
