@@ -202,6 +202,7 @@ __device__ __forceinline__ void write_vectors(const VectorRun& run, Column colum
 template <class Scores>
 struct Forward {
     using Source = Scores;
+    using Column = typename Scores::Column;  // named in lambdas: NVRTC 13.0 takes generic ones for host code
     static constexpr bool FORWARD = true;  // stores row records (store_row_info) when asked
     static constexpr int STATS = 2;  // row max, row sum of exp(s - max)
 
@@ -213,9 +214,9 @@ struct Forward {
             st[1][i] = 0.f;
         }
         const auto column = [&](int v) { return sc.column(v); };
-        for_each_nonzero(run, column, [&](int q, int r, auto c) { row_max(st[0], r, sc.at(q, r, c)); });
+        for_each_nonzero(run, column, [&](int q, int r, Column c) { row_max(st[0], r, sc.at(q, r, c)); });
         warp_max(st[0]);
-        for_each_nonzero(run, column, [&](int q, int r, auto c) {
+        for_each_nonzero(run, column, [&](int q, int r, Column c) {
             row_add(st[1], r, expf(sc.at(q, r, c) - row_get(st[0], r)));
         });
         warp_sum(st[1]);
@@ -247,7 +248,7 @@ struct Forward {
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float*, const float*,
                                                  const float (&st)[STATS][WINDOW], float* out) {
         write_vectors(run, [&](int v) { return sc.column(v); }, out,
-                      [&](int q, int r, auto c) { return expf(sc.at(q, r, c) - st[0][r]) / st[1][r]; });
+                      [&](int q, int r, Column c) { return expf(sc.at(q, r, c) - st[0][r]) / st[1][r]; });
     }
 };
 
@@ -257,6 +258,7 @@ struct Forward {
 template <class Scores>
 struct Backward {
     using Source = Scores;
+    using Column = typename Scores::Column;
     static constexpr bool FORWARD = false;
     static constexpr int STATS = 1;  // row sum of p * g
 
@@ -265,7 +267,7 @@ struct Backward {
 #pragma unroll
         for (int i = 0; i < WINDOW; ++i) st[0][i] = 0.f;
         for_each_nonzero(run, [&](int v) { return sc.column(v); },
-                         [&](int q, int r, auto c) { row_add(st[0], r, sc.prob(a, q, r, c) * b[q]); });
+                         [&](int q, int r, Column c) { row_add(st[0], r, sc.prob(a, q, r, c) * b[q]); });
         warp_sum(st[0]);
     }
 
@@ -281,7 +283,7 @@ struct Backward {
 
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float* a, const float* b,
                                                  const float (&st)[STATS][WINDOW], float* out) {
-        write_vectors(run, [&](int v) { return sc.column(v); }, out, [&](int q, int r, auto c) {
+        write_vectors(run, [&](int v) { return sc.column(v); }, out, [&](int q, int r, Column c) {
             return sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c);
         });
     }
