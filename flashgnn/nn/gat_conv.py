@@ -16,10 +16,10 @@ class GATConv(nn.Module):
     in-edges of i and ``e_ij = leaky_relu(attn_l . W h_j + attn_r . W h_i)``.
 
     Every head runs in the same launches, on diag(A, ..., A) (``Graph.adj_heads``), through
-    ``ops.gat_attention``: the scores ``e_ij = er_i + el_j`` are an fp32 SDDMM of rank 2
-    ([er_i, 1] . [1, el_j]), exact and with a backward that sums over rows and columns by
-    SpMM (no scatter, deterministic); then one edge softmax and one SpMM of width out_feats,
-    as one autograd node. ``attn_drop`` drops attention values; ``edge_weight`` [E] (edge-id
+    ``ops.gat_attention``: the scores ``e_ij = er_i + el_j`` are formed exactly in fp32 (by the
+    softmax kernels on the GPU, a rank-2 SDDMM on the CPU), with a backward that sums over rows
+    and columns (no scatter, deterministic); then one edge softmax and one SpMM of width
+    out_feats, as one autograd node. ``attn_drop`` drops attention values; ``edge_weight`` [E] (edge-id
     order) multiplies them after dropout, as DGL does; the graph's own weights are not used.
 
     Shapes: feat [N, in_feats] -> [N, num_heads, out_feats]; with ``get_attention`` also the
