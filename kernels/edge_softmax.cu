@@ -246,7 +246,7 @@ struct Forward {
     }
 
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float*, const float*,
-                                                 const float (&st)[STATS][WINDOW], float* out) {
+                                                 const float (&st)[STATS][WINDOW], float* out, float (&)[WINDOW]) {
         write_vectors(run, [&](int v) { return sc.column(v); }, out,
                       [&](int q, int r, Column c) { return expf(sc.at(q, r, c) - st[0][r]) / st[1][r]; });
     }
@@ -281,10 +281,14 @@ struct Backward {
         warp_sum(st[0]);
     }
 
+    // sums: this lane's sums per row of what it wrote (GAT: the gradient of er)
     static __device__ __forceinline__ void write(const VectorRun& run, const Scores& sc, const float* a, const float* b,
-                                                 const float (&st)[STATS][WINDOW], float* out) {
+                                                 const float (&st)[STATS][WINDOW], float* out,
+                                                 float (&sums)[WINDOW]) {
         write_vectors(run, [&](int v) { return sc.column(v); }, out, [&](int q, int r, Column c) {
-            return sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c);
+            const float d = sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c);
+            sums[r] += d;
+            return d;
         });
     }
 };
@@ -307,11 +311,36 @@ __device__ __forceinline__ void store_row_info(const float (&st)[2][WINDOW], con
     if (lane < WINDOW) dst[lane] = make_float4(row_get(st[0], lane), row_get(st[1], lane), sc.row_term(lane), 0.f);
 }
 
+// The backward's row sums of a split window: each segment's warp leaves its own (summed over
+// the warp) in part_sums, and the warp that counts last adds the window's in segment order
+// (lane r + 8 g takes row r of segments g, g + 4, ...; the four groups added in order: the
+// same bits whichever warp is last) into dst, then resets the counter for the next launch.
+__device__ __forceinline__ void sum_split_rows(const float (&sums)[WINDOW], float* part_sums, int* counter,
+                                               int first_part, int count, int part, float* dst) {
+    const int lane = lane_id();
+    if (lane < WINDOW) part_sums[(i64)part * WINDOW + lane] = row_get(sums, lane);
+    __threadfence();  // this warp's sums are visible before the count says they are there
+    int last = 0;
+    if (lane == 0) last = atomicAdd(counter, 1) == count - 1;
+    if (!__shfl_sync(ALL_LANES, last, 0)) return;
+    __threadfence();  // the other warps' sums, counted above, are read after the count
+    const int r = lane & (WINDOW - 1);
+    float t = 0.f;
+    for (int p = lane >> 3; p < count; p += 4) t += __ldcg(part_sums + (i64)(first_part + p) * WINDOW + r);
+    const float total = ((__shfl_sync(ALL_LANES, t, r) + __shfl_sync(ALL_LANES, t, r + 8)) +
+                         __shfl_sync(ALL_LANES, t, r + 16)) + __shfl_sync(ALL_LANES, t, r + 24);
+    if (lane < WINDOW) dst[r] = total;
+    if (lane == 0) *counter = 0;
+}
+
 __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; }
 
 // The kernels' parameters: the pattern (row_ptr, vec_mask, col_idx), a and b (Op's inputs in
 // the value layout; a is the forward's stored scores), then the other ScoreArgs; row_info the
-// forward's row records (written by Forward when not null, read by Backward<GatScores>).
+// forward's row records (written by Forward when not null, read by Backward<GatScores>);
+// row_sums, when not null, the backward's output summed per row [8 * n_windows] (windows
+// without vectors are the caller's to zero), with part_sums [n_parts * 8] and counters
+// [n_split] (zero, and left zero) for split windows.
 template <class Op>
 __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8* __restrict__ vec_mask,
                                       const int* __restrict__ col_idx, const float* __restrict__ a,
@@ -320,7 +349,8 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
                                       float* __restrict__ out, const int* __restrict__ seg_window,
                                       const int* __restrict__ seg_begin, const int* __restrict__ seg_part,
                                       i64 n_segments, int seg_vectors, int k_log2,
-                                      float* __restrict__ part_stats, float4* __restrict__ row_info) {
+                                      float* __restrict__ part_stats, float4* __restrict__ row_info,
+                                      float* __restrict__ row_sums) {
     const i64 seg = global_warp();
     if (seg >= n_segments) return;
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
@@ -333,9 +363,13 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
         store_stats<Op::STATS>(st, part_stats + (i64)s.part * Op::STATS * WINDOW);
         return;
     }
-    Op::write(run, sc, a + off, b + off, st, out + off);
+    float sums[WINDOW] = {};
+    Op::write(run, sc, a + off, b + off, st, out + off, sums);
     if constexpr (Op::FORWARD) {
         if (row_info) store_row_info(st, sc, row_info + WINDOW * s.window);
+    } else if (row_sums) {
+        warp_sum(sums);
+        if (lane_id() < WINDOW) row_sums[WINDOW * s.window + lane_id()] = row_get(sums, lane_id());
     }
 }
 
@@ -347,7 +381,9 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
                                     float* __restrict__ out, const int* __restrict__ split_window,
                                     const int* __restrict__ split_part, const int* __restrict__ split_count,
                                     i64 n_split, i64 n_parts, int seg_vectors, int k_log2,
-                                    const float* __restrict__ part_stats, float4* __restrict__ row_info) {
+                                    const float* __restrict__ part_stats, float4* __restrict__ row_info,
+                                    float* __restrict__ row_sums, float* __restrict__ part_sums,
+                                    int* __restrict__ counters) {
     const i64 part = global_warp();
     if (part >= n_parts) return;
     // the split window holding this part: the last w with split_part[w] <= part
@@ -365,9 +401,14 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     // every warp of the window combines its segments' statistics in the same order: equal bits
     float st[Op::STATS][WINDOW];
     Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);
-    Op::write(run, sc, a + off, b + off, st, out + off);
+    float sums[WINDOW] = {};
+    Op::write(run, sc, a + off, b + off, st, out + off, sums);
     if constexpr (Op::FORWARD) {
         if (row_info && part == split_part[lo]) store_row_info(st, sc, row_info + WINDOW * s.window);
+    } else if (row_sums) {
+        warp_sum(sums);
+        sum_split_rows(sums, part_sums, counters + lo, (int)split_part[lo], split_count[lo], (int)part,
+                       row_sums + WINDOW * s.window);
     }
 }
 

@@ -147,7 +147,8 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
     """softmax(leaky_relu(er_i + el_j)) with the scores formed in the kernel, its backward
     through the leaky ReLU, and P^T computed in A^T's layout from the row records equal the
     rank-2 fp32 SDDMM, leaky ReLU, the stored-score kernels and moving P bit for bit (split hub
-    windows included); every slot written."""
+    windows included); every slot written; the backward's row sums match float64 sums and
+    repeat their bits."""
     f = gpu_format(CASES[case](rng), k)
     slope = 0.15
     er = torch.randn(f.n_rows, device="cuda")
@@ -168,9 +169,16 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
     grad = torch.randn(8 * f.n_vectors, device="cuda")
     d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k)
     want = torch.ops.aten.leaky_relu_backward(d, scores, slope, False)
-    got = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k,
-                                                 out=nan_buffer(f))
+    got, row_sums = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info,
+                                                           grad, k, out=nan_buffer(f))
     assert torch.equal(got, want)
+    # its sums over each row (the gradient of er), split windows included, in a fixed order
+    c = f.slot_coords()
+    ref = torch.zeros(8 * (f.row_ptr.numel() - 1), dtype=torch.float64).index_add_(
+        0, c.row.cpu(), want.cpu()[c.slot.cpu()].double())
+    torch.testing.assert_close(row_sums.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+    again = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k)
+    assert torch.equal(again[1], row_sums)
     assert (scores[real_slots(f).cuda()] <= 0).any() or f.nnz == 0, "no score took the leaky branch"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import f32, launch, operand, ptr
+from .runtime import current_stream, f32, launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -74,9 +74,11 @@ def _address(t: torch.Tensor | None) -> int:
     return 0 if t is None else ptr(t)
 
 
-def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, row_info=None) -> torch.Tensor:
+def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, row_info=None,
+         row_sums=None) -> torch.Tensor:
     """Launch ``op``'s kernels; the scores are ``scale * a`` (forward) or, with ``gat`` =
-    (col_idx, er, el, slope), GAT's; the forward's row records go to ``row_info`` when given."""
+    (col_idx, er, el, slope), GAT's; the forward's row records go to ``row_info`` when given,
+    the backward's output summed per row to ``row_sums`` (zeros [8 * n_windows]) when given."""
     template, n_stats = _OPS[op]
     device = vec_mask.device
     a = None if a is None else operand(a, torch.float32)
@@ -96,14 +98,19 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, ro
     tag = f"fg::softmax::{template}<fg::softmax::{_SOURCES[gat is not None]}>"
     args = (_address(col_idx), _address(a), _address(b), _address(scale), _address(er), _address(el), f32(slope))
     info = _address(row_info)
+    sums = _address(row_sums)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
            ptr(row_ptr), ptr(vec_mask), *args, ptr(out), *seg.pointers("window", "begin", "part"),
-           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats), info)
+           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats), info, sums)
     if seg.n_parts:
+        part_sums = counters = 0
+        if row_sums is not None:  # the split windows' row sums: per segment, then added in order
+            part_sums = ptr(torch.empty(seg.n_parts * 8, dtype=torch.float32, device=device))
+            counters = ptr(seg.counters(1, current_stream(device)))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
                ptr(row_ptr), ptr(vec_mask), *args, ptr(out),
                *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
-               seg.seg_vectors, k_log2, ptr(part_stats), info)
+               seg.seg_vectors, k_log2, ptr(part_stats), info, sums, part_sums, counters)
     return out
 
 
@@ -178,12 +185,17 @@ def gat_softmax_transposed_cuda(t_row_ptr: torch.Tensor, t_col_idx: torch.Tensor
 
 def gat_softmax_backward_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor,
                               er: torch.Tensor, el: torch.Tensor, slope: float, row_info: torch.Tensor,
-                              grad: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+                              grad: torch.Tensor, k: int,
+                              out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradient of GAT's pre-activation scores er_i + el_j from that of its attention P:
     ``edge_softmax_backward_cuda`` followed by leaky_relu's backward in one pass, with P
     computed again from ``row_info`` (not read). Inputs as in ``gat_softmax_cuda``, row_info
-    its second result, grad [8 * n_vectors]; returns float32 [8 * n_vectors]."""
+    its second result, grad [8 * n_vectors]. Returns (d float32 [8 * n_vectors]; its sums over
+    each row, float32 [8 * n_windows], er's gradient: in a fixed order, split windows too)."""
     _check(row_ptr, vec_mask, k, {"grad": grad})
     er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
     _check_row_info(row_info, 8 * (row_ptr.numel() - 1), er.device)
-    return _run("backward", row_ptr, vec_mask, None, grad, k, out, gat=(col_idx, er, el, slope), row_info=row_info)
+    row_sums = torch.zeros(8 * (row_ptr.numel() - 1), dtype=torch.float32, device=er.device)
+    d = _run("backward", row_ptr, vec_mask, None, grad, k, out, gat=(col_idx, er, el, slope), row_info=row_info,
+             row_sums=row_sums)
+    return d, row_sums

@@ -11,7 +11,8 @@ each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReL
 for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
 the backward computes P again; without dropout and edge values P is then not kept at all, and
 P^T (for dH) is computed in A^T's layout instead of moved there. The terms' gradients are sums
-over rows (er) and, through A^T's CSR order, columns (el). In A's value layout a per-edge
+over rows (er: summed by the softmax backward's kernels as they write) and, through A^T's CSR
+order, columns (el). In A's value layout a per-edge
 tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero per vector,
 so each pass over one, and each one kept, matters on large graphs.
 """
@@ -54,15 +55,16 @@ def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: in
 
 
 def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Tensor | None,
-                        row_info: Tensor | None, d_prob: Tensor, n_rows: int, k: int) -> Tensor:
-    """d(er_i + el_j) in A's value layout from P (on the kernels its rows' records, and P may
-    be None) and dP."""
+                        row_info: Tensor | None, d_prob: Tensor, n_rows: int, k: int) -> tuple[Tensor, Tensor | None]:
+    """(d(er_i + el_j) in A's value layout; on the kernels its row sums [n_rows, 1], er's
+    gradient, else None) from P (on the kernels its rows' records, and P may be None) and dP."""
     if row_info is not None:
-        return gat_softmax_backward_cuda(*pattern, er.view(-1), el.view(-1), slope, row_info, d_prob, k)
+        d_scores, row_sums = gat_softmax_backward_cuda(*pattern, er.view(-1), el.view(-1), slope, row_info, d_prob, k)
+        return d_scores, row_sums[:n_rows].view(-1, 1)
     d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
     scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
     torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, slope, False, grad_input=d_scores)
-    return d_scores
+    return d_scores, None
 
 
 def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
@@ -138,11 +140,11 @@ class _Attention(torch.autograd.Function):
             del dropped_t
         if need_er or need_el:
             d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
-            d_scores = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
-            del d_prob
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
+            d_scores, d_er = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
+            del d_prob
             if need_er:
-                grad_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k).to(er.dtype)
+                grad_er = (_row_sums(*pattern, d_scores, n_rows, n_cols, k) if d_er is None else d_er).to(er.dtype)
             if need_el:
                 grad_el = _column_sums(d_scores, t_indptr, t_src).to(el.dtype)
         return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None, None
