@@ -320,6 +320,7 @@ __device__ __forceinline__ void sum_split_rows(const float (&sums)[WINDOW], floa
     const int lane = lane_id();
     if (lane < WINDOW) part_sums[(i64)part * WINDOW + lane] = row_get(sums, lane);
     __threadfence();  // this warp's sums are visible before the count says they are there
+    __syncwarp();     // every lane's, before lane 0 counts
     int last = 0;
     if (lane == 0) last = atomicAdd(counter, 1) == count - 1;
     if (!__shfl_sync(ALL_LANES, last, 0)) return;

@@ -103,14 +103,14 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, ro
            ptr(row_ptr), ptr(vec_mask), *args, ptr(out), *seg.pointers("window", "begin", "part"),
            seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats), info, sums)
     if seg.n_parts:
-        part_sums = counters = 0
+        part_sums = counters = None
         if row_sums is not None:  # the split windows' row sums: per segment, then added in order
-            part_sums = ptr(torch.empty(seg.n_parts * 8, dtype=torch.float32, device=device))
-            counters = ptr(seg.counters(1, current_stream(device)))
+            part_sums = torch.empty(seg.n_parts * 8, dtype=torch.float32, device=device)
+            counters = seg.counters(1, current_stream(device))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
                ptr(row_ptr), ptr(vec_mask), *args, ptr(out),
                *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
-               seg.seg_vectors, k_log2, ptr(part_stats), info, sums, part_sums, counters)
+               seg.seg_vectors, k_log2, ptr(part_stats), info, sums, _address(part_sums), _address(counters))
     return out
 
 

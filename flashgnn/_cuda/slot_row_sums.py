@@ -23,8 +23,9 @@ def slot_row_sums_cuda(indptr: torch.Tensor, slot: torch.Tensor, values: torch.T
         raise ValueError(f"indptr, slot and values must be on one CUDA device, got {indptr.device}, "
                          f"{slot.device} and {values.device}")
     n_rows = indptr.numel() - 1
+    indptr, slot, values = indptr.contiguous(), slot.contiguous(), values.contiguous()  # alive through the launch
     out = torch.empty(n_rows, dtype=torch.float32, device=values.device)
     if n_rows > 0:
         launch(SOURCE, "fg::slot_row_sums", values.device, (-(-n_rows // _WARPS),), (32 * _WARPS,),
-               ptr(indptr), ptr(slot.contiguous()), ptr(values.contiguous()), n_rows, ptr(out))
+               ptr(indptr), ptr(slot), ptr(values), n_rows, ptr(out))
     return out
