@@ -155,7 +155,7 @@ def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: tor
     _check(row_ptr, vec_mask, k, {})
     er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
     rows = 8 * (row_ptr.numel() - 1)
-    if er.numel() < rows:  # whole windows of terms, so that the kernels store every row's
+    if er.numel() < rows:  # whole windows of terms: the kernels store every row's record
         er = torch.nn.functional.pad(er, (0, rows - er.numel()))
     row_info = torch.empty(rows, 4, dtype=torch.float32, device=er.device)
     probs = _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope), row_info=row_info)
