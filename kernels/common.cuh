@@ -45,6 +45,20 @@ __device__ __forceinline__ u32 warp_or(u32 v) {
     return r;
 }
 
+// A window split over several warps finishes in-kernel: each warp, having written its partial
+// results, counts itself in here; true, in every lane, for the warp that counts last, which may
+// then read the others' partials (through L2: __ldcg) and must reset the counter to 0 for the
+// next launch. counter: the window's; count: its warps.
+__device__ __forceinline__ bool last_to_arrive(int* counter, int count) {
+    __threadfence();  // this lane's partials are visible before the count says they are there
+    __syncwarp();     // every lane's, before lane 0 counts
+    int last = 0;
+    if ((threadIdx.x & 31) == 0) last = atomicAdd(counter, 1) == count - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) return false;
+    __threadfence();  // the other warps' partials, counted above, are read after the count
+    return true;
+}
+
 }  // namespace fg
 
 // ---------------------------------------------------------------------------------------------

@@ -319,12 +319,7 @@ __device__ __forceinline__ void sum_split_rows(const float (&sums)[WINDOW], floa
                                                int first_part, int count, int part, float* dst) {
     const int lane = lane_id();
     if (lane < WINDOW) part_sums[(i64)part * WINDOW + lane] = row_get(sums, lane);
-    __threadfence();  // this warp's sums are visible before the count says they are there
-    __syncwarp();     // every lane's, before lane 0 counts
-    int last = 0;
-    if (lane == 0) last = atomicAdd(counter, 1) == count - 1;
-    if (!__shfl_sync(ALL_LANES, last, 0)) return;
-    __threadfence();  // the other warps' sums, counted above, are read after the count
+    if (!last_to_arrive(counter, count)) return;
     const int r = lane & (WINDOW - 1);
     float t = 0.f;
     for (int p = lane >> 3; p < count; p += 4) t += __ldcg(part_sums + (i64)(first_part + p) * WINDOW + r);

@@ -278,12 +278,7 @@ template <typename OutTag, int LF>
 __device__ __forceinline__ void sum_if_last(const SpmmArgs& a, const WarpWork& w, typename OutTag::T* out) {
     const int lane = threadIdx.x & 31, t = lane & 3;
     int* counter = a.counters + (i64)w.split * ((a.n + 8 * LF - 1) / (8 * LF)) + w.chunk;
-    __threadfence();  // this lane's partials are visible before the count says they are there
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) last = atomicAdd(counter, 1) == w.parts - 1;
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence();  // the other warps' partials, counted above, are read after the count
+    if (!last_to_arrive(counter, w.parts)) return;
     if (a.n - w.f0 > 0) {
         const float* src = a.workspace + ((i64)a.split_part[w.split] * WINDOW + 2 * t) * a.n + w.f0;
         const i64 part_stride = (i64)WINDOW * a.n;
