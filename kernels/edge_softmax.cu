@@ -121,6 +121,7 @@ struct ScoreArgs {
 // scale * the stored score.
 struct StoredScores {
     struct Column {};
+    static constexpr bool SUMS_ROWS = false;  // the backward's output is not summed per row
     const float* a;  // the run's scores
     float scale;
 
@@ -141,6 +142,7 @@ __device__ __forceinline__ float leaky_relu(float e, float slope) { return e > 0
 // (the same bits, without reading P).
 struct GatScores {
     using Column = float;  // el_j
+    static constexpr bool SUMS_ROWS = true;  // the backward sums its output per row (er's gradient)
     const int* col;        // the run's columns
     const float* er;       // the term of the window's first row
     const float* el;
@@ -287,7 +289,7 @@ struct Backward {
                                                  float (&sums)[WINDOW]) {
         write_vectors(run, [&](int v) { return sc.column(v); }, out, [&](int q, int r, Column c) {
             const float d = sc.backprop(sc.prob(a, q, r, c) * (b[q] - st[0][r]), r, c);
-            sums[r] += d;
+            if constexpr (Scores::SUMS_ROWS) sums[r] += d;
             return d;
         });
     }
