@@ -25,6 +25,7 @@ from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
+from flashgnn.ops.score_terms import score_terms  # noqa: E402
 
 
 def main() -> None:
@@ -86,6 +87,11 @@ def main() -> None:
         terms = torch.randn(300, 2, device="cuda", requires_grad=True)
         for drop in (0.3, 0.0):
             ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, drop, precision).sum().backward()
+    # GAT's score terms: several blocks per head in the backward, a last warp of a head not full
+    for dtype, terms_per_head, f_dim in ((torch.float16, 2, 33), (torch.float32, 1, 7)):
+        attn = torch.randn(3, terms_per_head, f_dim, device="cuda")
+        ft = torch.randn(3 * 2500, f_dim, device="cuda", dtype=dtype, requires_grad=True)
+        score_terms(ft, attn.requires_grad_()).sum().backward()
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):
         ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")

@@ -7,6 +7,7 @@ from torch import nn
 from ..block_diagonal import head_major, node_major
 from ..ops import gat_attention
 from ..ops.precision import check_precision
+from ..ops.score_terms import score_terms
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
 
@@ -122,13 +123,10 @@ class GATConv(nn.Module):
         """(er [heads * rows, 1], el [heads * cols, 1]) from the head-major source features ft
         and destination features ft_dst (None: each head's first rows of ft): er = attn_r . W h_dst,
         el = attn_l . W h_src, in fp32 (the attention vectors' type) for fp16/bf16 features."""
-        if ft_dst is None:  # one product for both
-            attn = torch.cat([self.attn_r, self.attn_l]).transpose(0, 1).unsqueeze(1)  # [heads, 1, 2, F]
-            terms = (ft.view(heads, cols, 1, -1) * attn).sum(-1)  # [heads, cols, 2]
+        if ft_dst is None:  # both from ft
+            terms = score_terms(ft, torch.cat([self.attn_r, self.attn_l]).transpose(0, 1)).view(heads, cols, 2)
             return terms[:, :rows, :1].reshape(-1, 1), terms[:, :, 1:].reshape(-1, 1)
-        er = (ft_dst.view(heads, rows, -1) * self.attn_r.transpose(0, 1)).sum(-1)
-        el = (ft.view(heads, cols, -1) * self.attn_l.transpose(0, 1)).sum(-1)
-        return er.view(-1, 1), el.view(-1, 1)
+        return score_terms(ft_dst, self.attn_r.transpose(0, 1)), score_terms(ft, self.attn_l.transpose(0, 1))
 
     def extra_repr(self) -> str:
         return (f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "
