@@ -113,13 +113,15 @@ __device__ __forceinline__ void mma_16x8x4_tf32(float (&d)[4], u32 a0, u32 a1, u
 // Loads E consecutive elements src[0..E) of a dense row into registers, as raw 32-bit words,
 // zero-filling elements at or past `valid`. The fast path is 16-byte loads; it needs the whole
 // group in range and 16-byte alignment, which the caller vouches for with `aligned`.
-// Groups of 8 bytes take one 8-byte load.
+// Groups of 8 or 4 bytes take one 8- or 4-byte load.
 template <typename T, int E>
 __device__ __forceinline__ void load_group(u32 (&w)[E * sizeof(T) / 4], const T* src, int valid, bool aligned) {
     constexpr int WORDS = E * sizeof(T) / 4;
-    static_assert(WORDS % 4 == 0 || WORDS == 2, "groups of 8 or 16*m bytes");
+    static_assert(WORDS % 4 == 0 || WORDS <= 2, "groups of 4, 8 or 16*m bytes");
     if (aligned && valid >= E) {
-        if (WORDS == 2) {
+        if (WORDS == 1) {
+            w[0] = __ldg(reinterpret_cast<const u32*>(src));
+        } else if (WORDS == 2) {
             const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
             w[0] = v.x; w[WORDS - 1] = v.y;
         } else {

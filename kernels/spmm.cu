@@ -37,8 +37,9 @@
 
 namespace fg {
 
-// LF: consecutive features per lane and vector (4 or 8, a template parameter); a warp covers a
-// chunk of 8 * LF feature columns in LF / 2 MMA tiles of 16 features.
+// LF: consecutive features per lane and vector (2, 4 or 8, a template parameter; 2 for fp16/bf16
+// only, for N <= 16, where 4 would leave half the lanes idle); a warp covers a chunk of 8 * LF
+// feature columns in LF / 2 MMA tiles of 16 features.
 constexpr int WARPS = 4;           // per block
 
 struct SpmmArgs {  // the kernel's parameters (the launcher passes scalars and pointers only)
@@ -242,21 +243,27 @@ struct Batch<TF32, LF> {
     }
 };
 
-// Stores a lane's LF consecutive features of one row; `vector`: dst is aligned for 16-byte
-// (fp32) or 8 * LF / 4-byte (16-bit) stores.
+// Stores a lane's LF consecutive features of one row; `vector`: dst is aligned for stores of
+// min(16, 4 * LF) bytes (fp32) or 2 * LF bytes (16-bit).
 template <typename OutTag, int LF>
 __device__ __forceinline__ void store_features(typename OutTag::T* dst, const float (&v)[LF], int valid, bool vector) {
     if (vector && valid >= LF) {
         if constexpr (sizeof(typename OutTag::T) == 4) {
+            if constexpr (LF == 2) {
+                *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < LF; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+                for (int e = 0; e < LF; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+            }
         } else {
             u32 w[LF / 2];
 #pragma unroll
             for (int e = 0; e < LF / 2; ++e) {
                 w[e] = pack2((u16)from_float(v[2 * e], OutTag()), (u16)from_float(v[2 * e + 1], OutTag()));
             }
-            if constexpr (LF == 4) {
+            if constexpr (LF == 2) {
+                *reinterpret_cast<u32*>(dst) = w[0];
+            } else if constexpr (LF == 4) {
                 *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
             } else {
                 *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -287,10 +294,15 @@ __device__ __forceinline__ void sum_if_last(const SpmmArgs& a, const WarpWork& w
         for (int p = 0; p < w.parts; ++p, src += part_stride) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
+                if constexpr (LF == 2) {
+                    const float2 v = __ldcg(reinterpret_cast<const float2*>(src + h * a.n));
+                    sum[h][0] += v.x; sum[h][1] += v.y;
+                } else {
 #pragma unroll
-                for (int e = 0; e < LF; e += 4) {
-                    const float4 v = __ldcg(reinterpret_cast<const float4*>(src + h * a.n + e));
-                    sum[h][e] += v.x; sum[h][e + 1] += v.y; sum[h][e + 2] += v.z; sum[h][e + 3] += v.w;
+                    for (int e = 0; e < LF; e += 4) {
+                        const float4 v = __ldcg(reinterpret_cast<const float4*>(src + h * a.n + e));
+                        sum[h][e] += v.x; sum[h][e + 1] += v.y; sum[h][e + 2] += v.z; sum[h][e + 3] += v.w;
+                    }
                 }
             }
         }
@@ -381,10 +393,11 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 }
 
 // Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
-// lane, 7 at 8, 6 for tf32 at 8, which spills below 80 registers. The loop waits on gathers, so
+// lane, 7 at 2 (its batches of 32 vectors spill at 64) and 8, 6 for tf32 at 8, which spills
+// below 80 registers. The loop waits on gathers, so
 // resident warps matter: at 70 registers (7 blocks) it was 9% slower on an H100 (powerlaw_products,
 // fp16, N = 32).
-__host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : p == TF32 ? 6 : 7; }
+__host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : lf == 8 && p == TF32 ? 6 : 7; }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type.
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then

@@ -178,6 +178,28 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
     assert rel_err(results[0], ref) <= BOUND[precision]
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16])
+@pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:3])
+def test_two_features_per_lane_give_the_bits_of_four(name, precision, n):
+    """2 features per lane (fp16/bf16 at 8 < N <= 16, and on large graphs at N <= 8: a warp's
+    16 columns, one MMA tile) give the same sums in the same order as 4 per lane, split
+    windows summed in the kernel or apart."""
+    fmt = mebcrs(name, 8, DEVICE)
+    x = dense(fmt.n_cols, n, name, "two features").to(STORAGE[precision]).to(DEVICE)
+    assert cuda_spmm.lane_features(n, fmt.n_vectors, precision) == (2 if n > 8 else 4)
+    assert cuda_spmm.lane_features(n, cuda_spmm.NARROW_LANES_MIN_VECTORS, precision) == 2
+    results = []
+    for features, fuse in [(4, 1 << 30), (2, 1 << 30), (2, 0)]:
+        for y in run_twice_poisoned(lambda: cuda_spmm.spmm_tensor_core(
+                fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, fmt.n_rows, 8, precision, torch.float32,
+                seg_vectors=64, fuse_max_parts=fuse, features=features), DEVICE):
+            assert not torch.isnan(y).any(), "an output element was not written"
+            results.append(y)
+    assert all(torch.equal(y, results[0]) for y in results)
+    assert rel_err(results[0], reference(name, x.cpu())) <= BOUND[precision]
+
+
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:2])
 def test_column_ordered_segments_give_the_same_bits(name, precision, monkeypatch):
