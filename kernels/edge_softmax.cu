@@ -166,30 +166,52 @@ struct GatScores {
     }
 };
 
+// visit(v, bits, column(v)) for each vector v of this lane (lane, lane + 32, ...) in order,
+// bits its vec_mask; the next vector's mask and column are loaded before the current one is
+// visited, so two vectors' loads are in flight (the visits' own loads depend on them).
+template <class Column, class Visit>
+__device__ __forceinline__ void for_each_vector(const VectorRun& run, Column column, Visit visit) {
+    int v = lane_id();
+    if (v >= run.n_vec) return;
+    u32 bits = __ldg(run.mask + v);
+    auto c = column(v);
+    for (; v < run.n_vec; v += 32) {
+        const int next = v + 32;
+        u32 next_bits = 0;
+        auto next_c = c;
+        if (next < run.n_vec) {
+            next_bits = __ldg(run.mask + next);
+            next_c = column(next);
+        }
+        visit(v, bits, c);
+        bits = next_bits;
+        c = next_c;
+    }
+}
+
 // f(slot, r, column(v)) for each set bit r of each vector v of this lane (lane, lane + 32, ...):
 // the slot of row r of vector v, counted from the run's first.
 template <class Column, class F>
 __device__ __forceinline__ void for_each_nonzero(const VectorRun& run, Column column, F f) {
-    for (int v = lane_id(); v < run.n_vec; v += 32) {
+    using C = decltype(column(0));
+    for_each_vector(run, column, [&](int v, u32 bits, C c) {
         int slot, stride;
         run.slots(v, slot, stride);
-        const auto c = column(v);
-        for (u32 bits = __ldg(run.mask + v); bits; bits &= bits - 1) {
+        for (; bits; bits &= bits - 1) {
             const int r = __ffs(bits) - 1;
             f(slot + r * stride, r, c);
         }
-    }
+    });
 }
 
 // out[slot] = f(slot, r, column(v)) for all 8 rows r of each vector v of this lane, 0 in the
 // padding slots: the vectors of a block side by side in each row (coalesced).
 template <class Column, class F>
 __device__ __forceinline__ void write_vectors(const VectorRun& run, Column column, float* out, F f) {
-    for (int v = lane_id(); v < run.n_vec; v += 32) {
+    using C = decltype(column(0));
+    for_each_vector(run, column, [&](int v, u32 bits, C c) {
         int slot, stride;
         run.slots(v, slot, stride);
-        const u32 bits = __ldg(run.mask + v);
-        const auto c = column(v);
 #pragma unroll
         for (int r = 0; r < WINDOW; ++r) {
             const int q = slot + r * stride;
@@ -197,7 +219,7 @@ __device__ __forceinline__ void write_vectors(const VectorRun& run, Column colum
             if ((bits >> r) & 1) x = f(q, r, c);
             out[q] = x;
         }
-    }
+    });
 }
 
 // Forward. a, b: unused (the scores come from Scores).
