@@ -50,6 +50,8 @@ def test_bad_shapes():
         score_terms(torch.randn(10, 4), torch.randn(3, 2, 4))  # 10 rows for 3 heads
     with pytest.raises(ValueError, match="score_terms"):
         score_terms(torch.randn(9, 4), torch.randn(3, 2, 5))
+    with pytest.raises(ValueError, match="score_terms"):
+        score_terms(torch.randn(9, 4), torch.randn(0, 2, 4))  # no head
 
 
 @needs_gpu

@@ -35,7 +35,8 @@ def score_terms(ft: Tensor, attn: Tensor) -> Tensor:
     ft: head-major node features [heads * rows, F] (fp16, bf16, fp32 or float64); attn: the
     attention vectors [heads, A, F] (float32 or float64). Products and sums in attn's type
     (float64 when either is), as ``(ft * attn).sum(-1)``; differentiable in both."""
-    if attn.dim() != 3 or ft.dim() != 2 or attn.shape[2] != ft.shape[1] or ft.shape[0] % max(attn.shape[0], 1):
+    if (attn.dim() != 3 or ft.dim() != 2 or attn.shape[2] != ft.shape[1] or attn.shape[0] < 1
+            or ft.shape[0] % attn.shape[0]):
         raise ValueError(f"score_terms: ft [heads * rows, F] and attn [heads, A, F] expected, got "
                          f"{tuple(ft.shape)} and {tuple(attn.shape)}")
     if supported(ft, attn) and not tracing():
