@@ -4,7 +4,8 @@
 // One warp takes one window segment (at most seg_vectors vectors), whose column indices and
 // vector masks it first stages in shared memory. Per MMA the sparse side is again the n = 8
 // dimension: D (16 vectors x 8 window rows) = Y[col] (16 vectors x K) times X[window rows]^T
-// (K x 8), summed over K in chunks of 32 (fp16/bf16, four m16n8k8) or 16 (tf32, four m16n8k4).
+// (K x 8), summed over K in chunks of 32 (fp16/bf16, four m16n8k8; 16 and two at K <= 16) or
+// 16 (tf32, four m16n8k4).
 // The K order inside a chunk is free, so lane (g, t) loads a run of consecutive features of
 // vectors g and g + 8 and of window row g with 16-byte loads, and MMA s takes the s-th pair (or
 // element) of each run. The window rows' first chunk is loaded once per segment, and two groups
@@ -33,25 +34,26 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
     }
 }
 
-// One precision's chunk of K: the dense element type, the features each lane loads per chunk
-// (16 bytes), and the four MMAs that consume them.
-template <int P> struct SddmmChunk {
+// One precision's chunk of K: the dense element type, the RUN features each lane loads per chunk
+// (16 bytes; 8 for 16-bit types at K <= 16, where a chunk of 32 left half the lanes and MMAs
+// on zeros), and the MMAs that consume them, one per 32-bit word of the run.
+template <int P, int RUN_> struct SddmmChunk {
     typedef u16 T;
-    static constexpr int RUN = 8;
-    static __device__ __forceinline__ void mma(float (&d)[4], const u32 (&ya)[4], const u32 (&yb)[4],
-                                               const u32 (&xr)[4]) {
+    static constexpr int RUN = RUN_, WORDS = RUN / 2;
+    static __device__ __forceinline__ void mma(float (&d)[4], const u32 (&ya)[WORDS], const u32 (&yb)[WORDS],
+                                               const u32 (&xr)[WORDS]) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma_16x8x8<P>(d, ya[s], yb[s], xr[s]);
+        for (int s = 0; s < WORDS; ++s) mma_16x8x8<P>(d, ya[s], yb[s], xr[s]);
     }
 };
 
-template <> struct SddmmChunk<TF32> {
+template <int RUN_> struct SddmmChunk<TF32, RUN_> {
     typedef float T;
-    static constexpr int RUN = 4;
-    static __device__ __forceinline__ void mma(float (&d)[4], const u32 (&ya)[4], const u32 (&yb)[4],
-                                               const u32 (&xr)[4]) {
+    static constexpr int RUN = RUN_, WORDS = RUN;
+    static __device__ __forceinline__ void mma(float (&d)[4], const u32 (&ya)[WORDS], const u32 (&yb)[WORDS],
+                                               const u32 (&xr)[WORDS]) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
+        for (int s = 0; s < WORDS; ++s) {
             mma_16x8x4_tf32(d, float_to_tf32(__uint_as_float(ya[s])), float_to_tf32(__uint_as_float(yb[s])),
                             float_to_tf32(__uint_as_float(xr[s])));
         }
@@ -59,13 +61,13 @@ template <> struct SddmmChunk<TF32> {
 };
 
 // Dynamic shared memory: seg_vectors column indices and vector masks per warp.
-template <int P, bool WHOLE>
+template <int P, bool WHOLE, int RUN>
 __global__ void __launch_bounds__(128) sddmm_kernel(
     const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
     int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
-    const typename SddmmChunk<P>::T* __restrict__ x, const typename SddmmChunk<P>::T* __restrict__ y) {
-    typedef SddmmChunk<P> Chunk;
+    const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y) {
+    typedef SddmmChunk<P, RUN> Chunk;
     typedef typename Chunk::T T;
     constexpr int FEATURES = 4 * Chunk::RUN;  // per chunk
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
         masks[j] = vec_mask[first + j];
     }
     __syncwarp();
-    u32 x0[4] = {};
+    u32 x0[Chunk::WORDS] = {};
     if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
     for (int j0 = 0; j0 < count; j0 += 16 * GROUPS) {
         int col[GROUPS][2];
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
         for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
             const int f0 = c + t * Chunk::RUN;
             const int valid = kdim - f0;
-            u32 yv[GROUPS][2][4], xr[4] = {};
+            u32 yv[GROUPS][2][Chunk::WORDS], xr[Chunk::WORDS] = {};
 #pragma unroll
             for (int q = 0; q < GROUPS; ++q) {
 #pragma unroll
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
             }
             if (c == 0) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) xr[i] = x0[i];
+                for (int i = 0; i < Chunk::WORDS; ++i) xr[i] = x0[i];
             } else if (row < n_rows) {
                 load_group<T, Chunk::RUN>(xr, x + row * kdim + f0, valid, aligned);
             }

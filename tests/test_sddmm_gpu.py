@@ -65,6 +65,15 @@ def test_random_matrices(name, precision, k_dim):
     check_sddmm(name, precision, k_dim)
 
 
+@pytest.mark.parametrize("k_dim", [8, 12, 16, 17])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", list(CASES) + real_matrix_names()[:2])
+def test_half_chunks_at_small_k(name, precision, k_dim):
+    """16-bit operands at K <= 16 take chunks of 16 features (8-byte runs, two MMAs; K = 16 with
+    aligned rows without per-load checks, 12 unaligned), 17 the chunks of 32."""
+    check_sddmm(name, precision, k_dim)
+
+
 @pytest.mark.parametrize("precision,k", [("tf32", 8), ("fp16", 4), ("bf16", 4), ("fp32", 4)])
 @pytest.mark.parametrize("k_dim", [7, 64])
 def test_other_block_width(precision, k, k_dim):

@@ -12,9 +12,11 @@ from .sources import register
 from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
-_CHUNK_FEATURES = {"fp16": 32, "bf16": 32, "tf32": 16}  # K per chunk of sddmm_kernel (4 MMAs)
-SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{p}, {whole}>" for p in _PRECISION_INDEX.values()
-                               for whole in ("false", "true")])
+# features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (4 MMAs); for 16-bit
+# types at K <= 16 half runs (2 MMAs), which keep every lane on real features
+_RUNS = {"fp16": (8, 4), "bf16": (8, 4), "tf32": (4,)}
+SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
+                               for whole in ("false", "true") for run in runs])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
 # against 3.38x (H100, session 17, a first version of the walk).
@@ -66,8 +68,9 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
         return out
     kdim = xs.shape[1]
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
-    whole = aligned and kdim % _CHUNK_FEATURES[precision] == 0
-    kernel = f"fg::sddmm_kernel<{_PRECISION_INDEX[precision]}, {str(whole).lower()}>"
+    run = _RUNS[precision][-1] if kdim <= 16 else _RUNS[precision][0]
+    whole = aligned and kdim % (4 * run) == 0
+    kernel = f"fg::sddmm_kernel<{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}>"
     launch(SOURCE, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
            seg.n_segments, seg.seg_vectors, x.shape[0], kdim, k, aligned, ptr(out), ptr(xs), ptr(ys),
