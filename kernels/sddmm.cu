@@ -4,8 +4,8 @@
 // One warp takes one window segment (at most seg_vectors vectors), whose column indices and
 // vector masks it first stages in shared memory. Per MMA the sparse side is again the n = 8
 // dimension: D (16 vectors x 8 window rows) = Y[col] (16 vectors x K) times X[window rows]^T
-// (K x 8), summed over K in chunks of 32 (fp16/bf16, four m16n8k8; 16 and two at K <= 16) or
-// 16 (tf32, four m16n8k4).
+// (K x 8), summed over K in chunks of 32 (fp16/bf16, four m16n8k8; 16 and two at K <= 16, 8 and
+// one at K <= 8) or 16 (tf32, four m16n8k4).
 // The K order inside a chunk is free, so lane (g, t) loads a run of consecutive features of
 // vectors g and g + 8 and of window row g with 16-byte loads, and MMA s takes the s-th pair (or
 // element) of each run. The window rows' first chunk is loaded once per segment, and two groups
@@ -35,7 +35,7 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
 }
 
 // One precision's chunk of K: the dense element type, the RUN features each lane loads per chunk
-// (16 bytes; 8 for 16-bit types at K <= 16, where a chunk of 32 left half the lanes and MMAs
+// (16 bytes; 8 or 4 for 16-bit types at K <= 16 or 8, where a chunk of 32 left lanes and MMAs
 // on zeros), and the MMAs that consume them, one per 32-bit word of the run.
 template <int P, int RUN_> struct SddmmChunk {
     typedef u16 T;

@@ -42,7 +42,7 @@ def main() -> None:
             # segments longest first, then by column (the long-row order, forced on this small matrix)
             for thresholds in (defaults, (0, 0)):
                 segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = thresholds
-                for n in (7, 16, 64, 160):  # 1, 1, 2 and 4 warps per staged SpMM segment; K <= 16 half chunks
+                for n in (7, 8, 16, 64, 160):  # 1, 1, 1, 2 and 4 warps per staged SpMM segment; K <= 16 short chunks
                     x = torch.randn(900, n, device="cuda", requires_grad=True)
                     v = fmt.values.clone().requires_grad_()
                     ops.spmm(fmt, x, precision, values=v).sum().backward()

@@ -65,12 +65,13 @@ def test_random_matrices(name, precision, k_dim):
     check_sddmm(name, precision, k_dim)
 
 
-@pytest.mark.parametrize("k_dim", [8, 12, 16, 17])
+@pytest.mark.parametrize("k_dim", [4, 5, 8, 12, 16, 17])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("name", list(CASES) + real_matrix_names()[:2])
-def test_half_chunks_at_small_k(name, precision, k_dim):
-    """16-bit operands at K <= 16 take chunks of 16 features (8-byte runs, two MMAs; K = 16 with
-    aligned rows without per-load checks, 12 unaligned), 17 the chunks of 32."""
+def test_short_chunks_at_small_k(name, precision, k_dim):
+    """16-bit operands at K <= 8 take chunks of 8 features (4-byte runs, one MMA; K = 8 with
+    aligned rows without per-load checks, 4 and 5 unaligned), at K <= 16 chunks of 16 (8-byte
+    runs, two MMAs; 16 without checks, 12 unaligned), 17 the chunks of 32."""
     check_sddmm(name, precision, k_dim)
 
 

@@ -13,8 +13,15 @@ from .spmm import STORAGE, WARPS_PER_BLOCK
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (4 MMAs); for 16-bit
-# types at K <= 16 half runs (2 MMAs), which keep every lane on real features
-_RUNS = {"fp16": (8, 4), "bf16": (8, 4), "tf32": (4,)}
+# types at K <= 16 and K <= 8 half and quarter runs (2 MMAs, 1), which keep every lane on real
+# features
+_RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
+
+
+def _run_features(kdim: int, precision: str) -> int:
+    """Features per lane and chunk: the shortest run whose chunk (4 runs) still covers K, else the longest."""
+    runs = _RUNS[precision]
+    return min((r for r in runs if 4 * r >= kdim), default=runs[0])
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
                                for whole in ("false", "true") for run in runs])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
@@ -68,7 +75,7 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
         return out
     kdim = xs.shape[1]
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
-    run = _RUNS[precision][-1] if kdim <= 16 else _RUNS[precision][0]
+    run = _run_features(kdim, precision)
     whole = aligned and kdim % (4 * run) == 0
     kernel = f"fg::sddmm_kernel<{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}>"
     launch(SOURCE, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
