@@ -16,12 +16,6 @@ _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # types at K <= 16 and K <= 8 half and quarter runs (2 MMAs, 1), which keep every lane on real
 # features
 _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
-
-
-def _run_features(kdim: int, precision: str) -> int:
-    """Features per lane and chunk: the shortest run whose chunk (4 runs) still covers K, else the longest."""
-    runs = _RUNS[precision]
-    return min((r for r in runs if 4 * r >= kdim), default=runs[0])
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
                                for whole in ("false", "true") for run in runs])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
@@ -65,6 +59,12 @@ SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}, {walk}
 # the generated 60M and 85M graphs, and 128 lost on every size).
 def seg_vectors(n_vectors: int) -> int:
     return min(default_seg_vectors(n_vectors, shortest=32), 64)
+
+
+def _run_features(kdim: int, precision: str) -> int:
+    """Features per lane and chunk: the shortest run whose chunk (4 runs) covers K, else the longest."""
+    runs = _RUNS[precision]
+    return min((r for r in runs if 4 * r >= kdim), default=runs[0])
 
 
 def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:

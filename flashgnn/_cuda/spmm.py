@@ -94,8 +94,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
-    ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one ``seg_vectors`` and
-    ``ways`` the result is the same bits whatever the others are."""
+    ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one
+    ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
@@ -106,7 +106,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if ways not in (1, 2, 4):
         raise ValueError(f"spmm: ways must be 1, 2 or 4 (the warps of a block), got {ways}")
     if features not in ((4, 8) if precision == "tf32" else (2, 4, 8)):
-        raise ValueError(f"spmm: features per lane must be 4 or 8 (2 too for fp16/bf16), got {features} for {precision}")
+        raise ValueError(f"spmm: features per lane must be 4 or 8 (2 too for fp16/bf16), got {features} "
+                         f"for {precision}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
