@@ -90,6 +90,16 @@ __device__ __forceinline__ WindowSegment window_segment_at(const i64* __restrict
     return s;
 }
 
+// torch's leaky ReLU (and its backward's test, e > 0).
+__device__ __forceinline__ float leaky_relu(float e, float slope) { return e > 0.f ? e : e * slope; }
+
+// GAT's attention on one edge from its destination's row record (max, sum of exp(s - max),
+// er: edge_softmax.cu's store_row_info) and its source's term el: the operations, operands and
+// order of the softmax forward's output, so the same bits.
+__device__ __forceinline__ float gat_attention(float4 record, float el, float slope) {
+    return expf(leaky_relu(record.z + el, slope) - record.x) / record.y;
+}
+
 __device__ __forceinline__ WindowSegment window_segment(const i64* __restrict__ row_ptr,
                                                         const int* __restrict__ seg_window,
                                                         const int* __restrict__ seg_begin,

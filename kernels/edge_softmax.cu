@@ -134,9 +134,6 @@ struct StoredScores {
     __device__ __forceinline__ float backprop(float d, int, Column) const { return d; }
 };
 
-// torch's leaky ReLU (and its backward's test, e > 0).
-__device__ __forceinline__ float leaky_relu(float e, float slope) { return e > 0.f ? e : e * slope; }
-
 // leaky_relu(er_i + el_j) for the slot's row i and the vector's column j; in the backward
 // the forward's output is computed again from the row records, as Forward::write computed it
 // (the same bits, without reading P).
@@ -452,9 +449,7 @@ __global__ void gat_softmax_transposed(const i64* __restrict__ row_ptr, const u8
     const int* col = col_idx + s.start + s.begin;
     const float* el_rows = el + WINDOW * s.window;
     write_vectors(run, [&](int v) { return __ldg(row_info + __ldg(col + v)); }, out + run_offset(s),
-                  [&](int, int r, float4 info) {  // max_i, sum_i, er_i
-                      return expf(leaky_relu(info.z + __ldg(el_rows + r), slope) - info.x) / info.y;
-                  });
+                  [&](int, int r, float4 info) { return gat_attention(info, __ldg(el_rows + r), slope); });
 }
 
 }  // namespace fg::softmax

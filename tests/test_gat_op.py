@@ -154,6 +154,30 @@ def test_gpu_keeps_no_slot_sized_tensor_without_dropout(rng):
     assert saved_slot_tensors(0.5) == ["torch.bool", "torch.float32"]
 
 
+@needs_gpu
+@pytest.mark.parametrize("f_dim", [16, 33])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gpu_p_transposed_computed_by_the_spmm_gives_the_same_bits(precision, f_dim, rng, monkeypatch):
+    """Without dropout, fp16/bf16: dH's SpMM computes P^T from the row records as it stages it;
+    the same bits as P^T written by gat_softmax_transposed and read by the SpMM, with a window
+    of A^T split over segments."""
+    from flashgnn.ops import gat as gat_module
+
+    _, m = _adjacency(rng, n=300)
+    m = m.tolil()
+    m[rng.choice(300, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
+    m = m.tocsr()
+    m.sort_indices()
+    a = MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),
+                        n_cols=300, device="cuda")
+    ft, terms, proj = (torch.randn(a.n_rows, f, device="cuda") for f in (f_dim, 2, f_dim))
+    computed = _run(_gat, a, ft, terms, precision, proj)
+    monkeypatch.setattr(gat_module, "GAT_PRECISIONS", ())
+    stored = _run(_gat, a, ft, terms, precision, proj)
+    for c, s in zip(computed, stored):
+        assert torch.equal(c, s)
+
+
 def test_no_dropout_without_a_probability(rng):
     a, _ = _adjacency(rng)
     ft, terms = torch.randn(a.n_rows, 4), torch.randn(a.n_rows, 2)

@@ -83,6 +83,15 @@ def test_input_dtypes_and_out_fp32(precision, x_dtype, out_fp32):
     check_spmm(HUB, precision, 33, x_dtype=x_dtype, values_dtype=x_dtype, out_fp32=out_fp32)
 
 
+def test_gat_transposed_values_only_for_16_bit_types_at_block_width_8():
+    fmt = mebcrs(HUB, 4, DEVICE)
+    x = torch.randn(fmt.n_cols, 16, device=DEVICE)
+    gat = (torch.zeros(8 * fmt.n_windows, device=DEVICE), torch.ones(fmt.n_cols, 4, device=DEVICE), 0.2)
+    with pytest.raises(ValueError, match="fp16/bf16 at block width 8"):
+        cuda_spmm.spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, None, x, fmt.n_rows, 4, "tf32",
+                                   torch.float32, gat_transposed=gat)
+
+
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_misaligned_x(precision):
     check_spmm("square_61x61", precision, 64, x_dtype=torch.float32, x_offset=1)

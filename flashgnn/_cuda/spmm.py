@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import current_stream, launch, operand, ptr, stride_blocks
+from .runtime import current_stream, f32, launch, operand, ptr, stride_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -31,14 +31,17 @@ WIDE_LANES_MIN_WORK = 12_800_000
 NARROW_LANES_MIN_VECTORS = 500_000
 
 
-def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int) -> str:
-    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}>"
+def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int, gat: bool = False) -> str:
+    gat_arg = ", true" if gat else ""
+    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}{gat_arg}>"
 
 
+GAT_PRECISIONS = ("fp16", "bf16")  # the SpMM that computes GAT's P^T as it stages it, block width 8
 SOURCE = register(
     "spmm.cu",
     [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)
      if f > 2 or p != "tf32"]
+    + [_kernel_name(p, 8, d, f, gat=True) for p in GAT_PRECISIONS for d in TAG for f in (2, 4, 8)]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -90,13 +93,27 @@ def chunk_warps(chunks: int, ways: int) -> int:
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype, *, seg_vectors: int | None = None,
                      fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None,
-                     ways: int | None = None) -> torch.Tensor:
+                     ways: int | None = None, gat_transposed: tuple | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
+    ``gat_transposed`` = (el, row_info, slope): A is GAT's P^T on this pattern (A^T's of the
+    attention's A, block width 8, fp16/bf16 only), each value computed from the forward's row
+    record as it is staged (the bits ``gat_softmax_transposed_cuda`` stores); ``values`` is
+    then None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
     ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one
     ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
+    if gat_transposed is not None:
+        if precision not in GAT_PRECISIONS or k != 8:
+            raise ValueError(f"spmm: GAT's P^T is computed for fp16/bf16 at block width 8, got {precision}, k = {k}")
+        el, row_info, slope = gat_transposed
+        # contiguous (a GAT layer's el is often a strided view), held through the launch
+        el, row_info = operand(el, torch.float32), operand(row_info, torch.float32)
+        gat_args = (ptr(el), ptr(row_info), f32(slope))
+        values = x.new_empty(0, dtype=torch.float32)  # not read
+    else:
+        gat_args = (0, 0, f32(0.0))
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
@@ -121,11 +138,12 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
-    launch(SOURCE, _kernel_name(precision, k, out_dtype, features), x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+    launch(SOURCE, _kernel_name(precision, k, out_dtype, features, gat_transposed is not None), x.device, (blocks,),
+           (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
-           per_segment, ways, n_rows, n, aligned, ptr(xs), ptr(out),
+           per_segment, ways, n_rows, n, aligned, ptr(xs), ptr(out), *gat_args,
            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out

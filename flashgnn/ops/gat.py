@@ -10,11 +10,11 @@ the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i
 each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
 for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
 the backward computes P again; without dropout and edge values P is then not kept at all, and
-P^T (for dH) is computed in A^T's layout instead of moved there. The terms' gradients are sums
-over rows (er: summed by the softmax backward's kernels as they write) and, through A^T's CSR
-order, columns (el). In A's value layout a per-edge
-tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero per vector,
-so each pass over one, and each one kept, matters on large graphs.
+P^T (for dH) is computed in A^T's layout instead of moved there (for fp16/bf16 by the SpMM as
+it stages it: not stored at all). The terms' gradients are sums over rows (er: summed by the
+softmax backward's kernels as they write) and, through A^T's CSR order, columns (el). In A's
+value layout a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph
+with one nonzero per vector, so each pass over one, and each one kept, matters on large graphs.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda, gat_softmax_transposed_cuda
 from .._cuda.slot_row_sums import slot_row_sums_cuda
+from .._cuda.spmm import GAT_PRECISIONS, spmm_tensor_core
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm
@@ -131,13 +132,19 @@ class _Attention(torch.autograd.Function):
 
         grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
-            if prob is None:  # P' = P, computed in A^T's layout
-                dropped_t = gat_softmax_transposed_cuda(*transposed, el.view(-1), ctx.slope, row_info, k)
+            out_fp32 = ctx.ft_dtype == torch.float32
+            if prob is None and precision in GAT_PRECISIONS and k == 8:  # P^T computed as the SpMM stages it
+                grad_ft = spmm_tensor_core(*transposed, None, grad_k, n_cols, k, precision,
+                                           torch.float32 if out_fp32 else grad_k.dtype,
+                                           gat_transposed=(el.view(-1), row_info, ctx.slope))
             else:
-                dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
-            grad_ft = _spmm(*transposed, dropped_t, grad_k, n_cols, k, precision,
-                            ctx.ft_dtype == torch.float32, *NO_TRANSPOSE).to(ctx.ft_dtype)
-            del dropped_t
+                if prob is None:  # P' = P, computed in A^T's layout
+                    dropped_t = gat_softmax_transposed_cuda(*transposed, el.view(-1), ctx.slope, row_info, k)
+                else:
+                    dropped_t = transposed_values(dropped_weights(prob, False), t_col_idx, t_perm, t_src)
+                grad_ft = _spmm(*transposed, dropped_t, grad_k, n_cols, k, precision, out_fp32, *NO_TRANSPOSE)
+                del dropped_t
+            grad_ft = grad_ft.to(ctx.ft_dtype)
         if need_er or need_el:
             d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
