@@ -353,8 +353,9 @@ __device__ __forceinline__ void sum_split_rows(const float (&sums)[WINDOW], floa
 __device__ __forceinline__ i64 global_warp() { return fg::global_thread() >> 5; }
 
 // The kernels' parameters: the pattern (row_ptr, vec_mask, col_idx), a and b (Op's inputs in
-// the value layout; a is the forward's stored scores), then the other ScoreArgs; row_info the
-// forward's row records (written by Forward when not null, read by Backward<GatScores>);
+// the value layout; a is the forward's stored scores), then the other ScoreArgs; out the output
+// in the value layout (null: the forward keeps only its row records); row_info the forward's
+// row records (written by Forward when not null, read by Backward<GatScores>);
 // row_sums, when not null, the backward's output summed per row [8 * n_windows] (windows
 // without vectors are the caller's to zero), with part_sums [n_parts * 8] and counters
 // [n_split] (zero, and left zero) for split windows.
@@ -381,7 +382,7 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
         return;
     }
     float sums[WINDOW] = {};
-    Op::write(run, sc, a + off, b + off, st, out + off, sums);
+    if (out) Op::write(run, sc, a + off, b + off, st, out + off, sums);
     if constexpr (Op::FORWARD) {
         if (row_info) store_row_info(st, sc, row_info + WINDOW * s.window);
     } else if (row_sums) {
@@ -419,7 +420,7 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
     float st[Op::STATS][WINDOW];
     Op::combine(part_stats + (i64)split_part[lo] * Op::STATS * WINDOW, split_count[lo], st);
     float sums[WINDOW] = {};
-    Op::write(run, sc, a + off, b + off, st, out + off, sums);
+    if (out) Op::write(run, sc, a + off, b + off, st, out + off, sums);
     if constexpr (Op::FORWARD) {
         if (row_info && part == split_part[lo]) store_row_info(st, sc, row_info + WINDOW * s.window);
     } else if (row_sums) {

@@ -134,9 +134,13 @@ __device__ __forceinline__ int staged_word(int j, int r) {
     return j / PER_WORD * WINDOW + (r ^ (j / (4 * PER_WORD) & (WINDOW - 1)));
 }
 
-// GAT's attention P^T, for GAT_P launches on A^T's pattern: its window rows are A's sources j
-// (terms el_j), its vector columns A's destinations i (the softmax forward's row records).
-struct GatTransposed {
+// Where a launch's A values come from: stored (`values`), or GAT's attention computed from the
+// softmax forward's row records (gat_attention: the bits the softmax kernels would store), P on
+// A's pattern (window rows are destinations i, records per row; vector columns sources j, terms
+// el_j) or P^T on A^T's (window rows are sources j, vector columns destinations i).
+enum GatValues { GAT_NONE = 0, GAT_P = 1, GAT_P_T = 2 };
+
+struct GatAttention {
     const float* el;
     const float4* records;
     float slope;
@@ -144,38 +148,45 @@ struct GatTransposed {
 
 // Copies the segment's columns and values (format block width K) to shared memory, the values
 // masked and rounded to the MMA type; vectors count .. (count rounded up to 8) get zeros. A
-// thread per vector: its real values are the only ones read, or with GAT_P computed from its
-// column's record (gat_attention: the bits the softmax kernels would store). Run by the
-// warps_per_segment warps of the segment.
-template <int P, int K, bool GAT_P>
+// thread per vector: its real values are the only ones read, or with GAT computed from the
+// records (one gather per vector of its column's record or term; the window rows' are L1 hits).
+// Run by the warps_per_segment warps of the segment.
+template <int P, int K, int GAT>
 __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork& w, int* cols,
-                                              typename Operand<P>::Staged* vals, const GatTransposed& gat) {
+                                              typename Operand<P>::Staged* vals, const GatAttention& gat) {
     typedef typename Operand<P>::Staged V;
     constexpr int PER_WORD = 4 / sizeof(V);
     const int threads = 32 * a.warps_per_segment;
     const int padded = (w.count + WINDOW - 1) & ~(WINDOW - 1);
+    const i64 window_row = WINDOW * (i64)w.window;
     for (int j = threadIdx.x - w.slot * threads; j < padded; j += threads) {
         u8 mask = 0;
         i64 base = 0;  // slot of row 0 of vector j; row r is r * kb further
         int kb = K;
-        float4 record = {};  // GAT_P: the record of vector j's column
+        float4 record = {};  // GAT_P_T: the record of vector j's column
+        float el_j = 0.f;    // GAT_P: the term of vector j's column
         if (j < w.count) {
             const int b0 = j & ~(K - 1);
             kb = min(K, w.count - b0);
             base = WINDOW * (w.first + b0) + (j - b0);
             mask = a.vec_mask[w.first + j];
             cols[j] = a.col_idx[w.first + j];
-            if constexpr (GAT_P) record = __ldg(gat.records + cols[j]);
+            if constexpr (GAT == GAT_P_T) record = __ldg(gat.records + cols[j]);
+            if constexpr (GAT == GAT_P) el_j = __ldg(gat.el + cols[j]);
         } else {
             cols[j] = 0;
         }
 #pragma unroll
         for (int r = 0; r < WINDOW; ++r) {
-            float v;
-            if constexpr (GAT_P) {
-                v = (mask >> r) & 1 ? gat_attention(record, __ldg(gat.el + WINDOW * (i64)w.window + r), gat.slope) : 0.f;
-            } else {
-                v = (mask >> r) & 1 ? a.values[base + r * kb] : 0.f;
+            float v = 0.f;
+            if ((mask >> r) & 1) {
+                if constexpr (GAT == GAT_P_T) {
+                    v = gat_attention(record, __ldg(gat.el + window_row + r), gat.slope);
+                } else if constexpr (GAT == GAT_P) {
+                    v = gat_attention(__ldg(gat.records + window_row + r), el_j, gat.slope);
+                } else {
+                    v = a.values[base + r * kb];
+                }
             }
             vals[staged_word<V>(j, r) * PER_WORD + j % PER_WORD] = Operand<P>::round(v);
         }
@@ -416,10 +427,10 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 __host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : lf == 8 && p == TF32 ? 6 : 7; }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type; with
-// GAT_P, A = GAT's P^T on A^T's pattern (gat_*; `values` not read).
+// GAT (a GatValues), A = GAT's attention from gat_* (`values` not read).
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
 // 8 * seg_vectors values each), then, when ways > 1, the scratch of sum_ways.
-template <int P, int K, typename OutTag, int LF, bool GAT_P = false>
+template <int P, int K, typename OutTag, int LF, int GAT = GAT_NONE>
 __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x, typename OutTag::T* __restrict__ out,
             const float* __restrict__ gat_el, const float4* __restrict__ gat_records, float gat_slope) {
@@ -431,7 +442,7 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     int* cols = smem + w.slot * a.seg_vectors;
     V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
     V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
-    if (w.seg >= 0) stage_segment<P, K, GAT_P>(a, w, cols, vals, GatTransposed{gat_el, gat_records, gat_slope});
+    if (w.seg >= 0) stage_segment<P, K, GAT>(a, w, cols, vals, GatAttention{gat_el, gat_records, gat_slope});
     __syncthreads();
     float acc[LF / 2][4] = {};
     if (w.computes) {

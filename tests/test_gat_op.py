@@ -157,15 +157,17 @@ def test_gpu_keeps_no_slot_sized_tensor_without_dropout(rng):
 @needs_gpu
 @pytest.mark.parametrize("f_dim", [16, 33])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_gpu_p_transposed_computed_by_the_spmm_gives_the_same_bits(precision, f_dim, rng, monkeypatch):
-    """Without dropout, fp16/bf16: dH's SpMM computes P^T from the row records as it stages it;
-    the same bits as P^T written by gat_softmax_transposed and read by the SpMM, with a window
-    of A^T split over segments."""
+def test_gpu_attention_computed_by_the_spmms_gives_the_same_bits(precision, f_dim, rng, monkeypatch):
+    """Without dropout, fp16/bf16: the forward's SpMM computes P and dH's P^T from the row
+    records as they stage them (the softmax forward stores only the records); the same bits as
+    P written by the softmax and P^T by gat_softmax_transposed, read by the SpMMs, with windows
+    of A and of A^T split over segments."""
     from flashgnn.ops import gat as gat_module
 
     _, m = _adjacency(rng, n=300)
     m = m.tolil()
     m[rng.choice(300, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
+    m[9, rng.choice(300, 290, replace=False)] = 1.0  # a hub row: its window of A split
     m = m.tocsr()
     m.sort_indices()
     a = MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),

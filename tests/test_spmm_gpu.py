@@ -83,13 +83,32 @@ def test_input_dtypes_and_out_fp32(precision, x_dtype, out_fp32):
     check_spmm(HUB, precision, 33, x_dtype=x_dtype, values_dtype=x_dtype, out_fp32=out_fp32)
 
 
-def test_gat_transposed_values_only_for_16_bit_types_at_block_width_8():
-    fmt = mebcrs(HUB, 4, DEVICE)
+def test_gat_attention_checked():
+    """GAT's attention: fp16/bf16 at block width 8 only, instead of values, el and the row
+    records sized for the pattern."""
+    fmt = mebcrs(HUB, 8, DEVICE)
     x = torch.randn(fmt.n_cols, 16, device=DEVICE)
-    gat = (torch.zeros(8 * fmt.n_windows, device=DEVICE), torch.ones(fmt.n_cols, 4, device=DEVICE), 0.2)
+    el, records = torch.zeros(fmt.n_cols, device=DEVICE), torch.ones(8 * fmt.n_windows, 4, device=DEVICE)
+    args = (fmt.row_ptr, fmt.col_idx, fmt.vec_mask)
+
+    def launch(values, gat, precision="fp16", k=8):
+        cuda_spmm.spmm_tensor_core(*args, values, x, fmt.n_rows, k, precision, torch.float32, gat=gat)
+
+    gat = cuda_spmm.GatAttention(el, records, 0.2, transposed=False)
     with pytest.raises(ValueError, match="fp16/bf16 at block width 8"):
-        cuda_spmm.spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, None, x, fmt.n_rows, 4, "tf32",
-                                   torch.float32, gat_transposed=gat)
+        launch(None, gat, "tf32")
+    with pytest.raises(ValueError, match="fp16/bf16 at block width 8"):
+        launch(None, gat, k=4)
+    with pytest.raises(ValueError, match="not both"):
+        launch(fmt.values, gat)
+    with pytest.raises(ValueError, match="not both"):
+        launch(None, None)
+    with pytest.raises(ValueError, match=rf"el must be \[{fmt.n_cols}\]"):
+        launch(None, gat._replace(el=el[1:]))
+    with pytest.raises(ValueError, match=r"row records"):
+        launch(None, gat._replace(row_info=records[8:]))
+    with pytest.raises(ValueError, match=rf"el must be \[{fmt.n_rows}\]"):  # P^T: el per row
+        launch(None, gat._replace(transposed=True))
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])

@@ -75,24 +75,27 @@ def _address(t: torch.Tensor | None) -> int:
 
 
 def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, row_info=None,
-         row_sums=None) -> torch.Tensor:
+         row_sums=None, write: bool = True) -> torch.Tensor | None:
     """Launch ``op``'s kernels; the scores are ``scale * a`` (forward) or, with ``gat`` =
     (col_idx, er, el, slope), GAT's; the forward's row records go to ``row_info`` when given,
-    the backward's output summed per row to ``row_sums`` (zeros [8 * n_windows]) when given."""
+    the backward's output summed per row to ``row_sums`` (zeros [8 * n_windows]) when given.
+    Returns the output, or without ``write`` None (the forward then stores only the records)."""
     template, n_stats = _OPS[op]
     device = vec_mask.device
     a = None if a is None else operand(a, torch.float32)
     b = a if b is None else operand(b, torch.float32)
     n_slots = 8 * vec_mask.numel()
-    if out is None:
+    if not write:
+        out = None
+    elif out is None:
         out = torch.empty(n_slots, dtype=torch.float32, device=device)
     elif out.shape != (n_slots,) or out.dtype != torch.float32 or out.device != device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous float32 tensor of shape ({n_slots},) on {device}")
     seg = segments_for(row_ptr)
     if seg.n_segments == 0:
         return out
-    # split windows' partial statistics (``out`` stands in when there are none: never touched)
-    part_stats = torch.empty(seg.n_parts * n_stats * 8, dtype=torch.float32, device=device) if seg.n_parts else out
+    # split windows' partial statistics (never touched when there are none)
+    part_stats = torch.empty(seg.n_parts * n_stats * 8, dtype=torch.float32, device=device) if seg.n_parts else None
     k_log2 = k.bit_length() - 1
     col_idx, er, el, slope = (None, None, None, 0.0) if gat is None else gat
     tag = f"fg::softmax::{template}<fg::softmax::{_SOURCES[gat is not None]}>"
@@ -100,15 +103,15 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, ro
     info = _address(row_info)
     sums = _address(row_sums)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
-           ptr(row_ptr), ptr(vec_mask), *args, ptr(out), *seg.pointers("window", "begin", "part"),
-           seg.n_segments, seg.seg_vectors, k_log2, ptr(part_stats), info, sums)
+           ptr(row_ptr), ptr(vec_mask), *args, _address(out), *seg.pointers("window", "begin", "part"),
+           seg.n_segments, seg.seg_vectors, k_log2, _address(part_stats), info, sums)
     if seg.n_parts:
         part_sums = counters = None
         if row_sums is not None:  # the split windows' row sums: per segment, then added in order
             part_sums = torch.empty(seg.n_parts * 8, dtype=torch.float32, device=device)
             counters = seg.counters(1, current_stream(device))
         launch(SOURCE, f"fg::softmax::edge_softmax_finish<{tag}>", device, _blocks(seg.n_parts), (32 * _WARPS,),
-               ptr(row_ptr), ptr(vec_mask), *args, ptr(out),
+               ptr(row_ptr), ptr(vec_mask), *args, _address(out),
                *seg.pointers("split_window", "split_part", "split_count"), seg.n_split, seg.n_parts,
                seg.seg_vectors, k_log2, ptr(part_stats), info, sums, _address(part_sums), _address(counters))
     return out
@@ -139,8 +142,8 @@ def edge_softmax_backward_cuda(row_ptr: torch.Tensor, vec_mask: torch.Tensor, pr
 
 
 def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, er: torch.Tensor,
-                     el: torch.Tensor, slope: float, k: int,
-                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     el: torch.Tensor, slope: float, k: int, out: torch.Tensor | None = None,
+                     write: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
     """GAT's attention: the softmax of leaky_relu(er_i + el_j) over each row's real nonzeros,
     on the GPU, with the scores computed in the kernel (the bits of the rank-2 fp32 SDDMM of
     [er, 1] and [1, el] followed by torch's leaky ReLU and ``edge_softmax_cuda``).
@@ -148,9 +151,10 @@ def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: tor
     row_ptr int64 [n_windows + 1], col_idx int32 [n_vectors], vec_mask uint8 [n_vectors]: the
     pattern; er float32 [n_rows] (one term per destination row), el float32 [n_cols] (one per
     source column; its length is the caller's to check); slope: the leaky ReLU's negative
-    slope. Returns (P float32 [8 * n_vectors], padding slots 0; the rows' records, float32
-    [8 * n_windows, 4]: each row's max score, sum of exp(s - max) and er, then 0, which
-    ``gat_softmax_transposed_cuda`` reads).
+    slope. Returns (P float32 [8 * n_vectors], padding slots 0, or None without ``write``; the
+    rows' records, float32 [8 * n_windows, 4]: each row's max score, sum of exp(s - max) and
+    er, then 0, from which ``gat_softmax_transposed_cuda`` and the SpMM (``GatAttention``)
+    compute P's values).
     """
     _check(row_ptr, vec_mask, k, {})
     er, el = _check_terms(row_ptr, col_idx, ("er", er), ("el", el))
@@ -158,7 +162,8 @@ def gat_softmax_cuda(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: tor
     if er.numel() < rows:  # whole windows of terms: the kernels store every row's record
         er = torch.nn.functional.pad(er, (0, rows - er.numel()))
     row_info = torch.empty(rows, 4, dtype=torch.float32, device=er.device)
-    probs = _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope), row_info=row_info)
+    probs = _run("forward", row_ptr, vec_mask, None, None, k, out, gat=(col_idx, er, el, slope), row_info=row_info,
+                 write=write)
     return probs, row_info
 
 

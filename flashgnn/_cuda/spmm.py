@@ -1,6 +1,8 @@
 """Launchers of the tensor-core SpMM (kernels/spmm.cu)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .runtime import current_stream, f32, launch, operand, ptr, stride_blocks
@@ -31,17 +33,32 @@ WIDE_LANES_MIN_WORK = 12_800_000
 NARROW_LANES_MIN_VECTORS = 500_000
 
 
-def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int, gat: bool = False) -> str:
-    gat_arg = ", true" if gat else ""
-    return f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}{gat_arg}>"
+class GatAttention(NamedTuple):
+    """A launch's A computed as GAT's attention instead of read (kernels/spmm.cu, GatValues):
+    P on the softmax's pattern, or with ``transposed`` P^T on A^T's, from el float32 [n_cols
+    of the softmax's A] and ``gat_softmax_cuda``'s row records (float32 [8 * n_windows of that
+    A, 4]); each value has the bits the softmax kernels store."""
+    el: torch.Tensor
+    row_info: torch.Tensor
+    slope: float
+    transposed: bool
 
 
-GAT_PRECISIONS = ("fp16", "bf16")  # the SpMM that computes GAT's P^T as it stages it, block width 8
+GAT_PRECISIONS = ("fp16", "bf16")  # the SpMM that computes GAT's attention as it stages it, block width 8
+_GAT_VALUES = {None: "", False: ", fg::GAT_P", True: ", fg::GAT_P_T"}  # by GatAttention.transposed
+
+
+def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int,
+                 gat_transposed: bool | None = None) -> str:
+    return (f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}"
+            f"{_GAT_VALUES[gat_transposed]}>")
+
+
 SOURCE = register(
     "spmm.cu",
     [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)
      if f > 2 or p != "tf32"]
-    + [_kernel_name(p, 8, d, f, gat=True) for p in GAT_PRECISIONS for d in TAG for f in (2, 4, 8)]
+    + [_kernel_name(p, 8, d, f, t) for p in GAT_PRECISIONS for d in TAG for f in (2, 4, 8) for t in (False, True)]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -93,27 +110,33 @@ def chunk_warps(chunks: int, ways: int) -> int:
 def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
                      out_dtype: torch.dtype, *, seg_vectors: int | None = None,
                      fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None,
-                     ways: int | None = None, gat_transposed: tuple | None = None) -> torch.Tensor:
+                     ways: int | None = None, gat: GatAttention | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
-    ``gat_transposed`` = (el, row_info, slope): A is GAT's P^T on this pattern (A^T's of the
-    attention's A, block width 8, fp16/bf16 only), each value computed from the forward's row
-    record as it is staged (the bits ``gat_softmax_transposed_cuda`` stores); ``values`` is
-    then None.
+    With ``gat`` (fp16/bf16, block width 8) A's values are GAT's attention, computed as they
+    are staged, and ``values`` is None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
     ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one
     ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
-    if gat_transposed is not None:
-        if precision not in GAT_PRECISIONS or k != 8:
-            raise ValueError(f"spmm: GAT's P^T is computed for fp16/bf16 at block width 8, got {precision}, k = {k}")
-        el, row_info, slope = gat_transposed
-        # contiguous (a GAT layer's el is often a strided view), held through the launch
-        el, row_info = operand(el, torch.float32), operand(row_info, torch.float32)
-        gat_args = (ptr(el), ptr(row_info), f32(slope))
-        values = x.new_empty(0, dtype=torch.float32)  # not read
-    else:
+    if (values is None) != (gat is not None):
+        raise ValueError("spmm: give A's values, or GAT's attention to compute them from, not both")
+    if gat is None:
         gat_args = (0, 0, f32(0.0))
+    else:
+        if precision not in GAT_PRECISIONS or k != 8:
+            raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8, got {precision}, "
+                             f"k = {k}")
+        # P: el per column (X's rows), a record per row of A's windows; P^T: el per row, a record per column
+        el_rows, records = (n_rows, x.shape[0]) if gat.transposed else (x.shape[0], 8 * (row_ptr.numel() - 1))
+        info = gat.row_info
+        if (gat.el.shape != (el_rows,) or info.dim() != 2 or info.shape[1] != 4
+                or info.shape[0] < records or (not gat.transposed and info.shape[0] != records)):
+            raise ValueError(f"spmm: GAT's el must be [{el_rows}] and its row records [{records}, 4], got "
+                             f"{tuple(gat.el.shape)} and {tuple(info.shape)}")
+        # contiguous (a GAT layer's el is often a strided view), held through the launch
+        el, row_info = operand(gat.el, torch.float32), operand(gat.row_info, torch.float32)
+        gat_args = (ptr(el), ptr(row_info), f32(gat.slope))
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
@@ -138,9 +161,9 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
-    launch(SOURCE, _kernel_name(precision, k, out_dtype, features, gat_transposed is not None), x.device, (blocks,),
+    launch(SOURCE, _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed), x.device, (blocks,),
            (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), ptr(vals), ptr(vec_mask),
+           ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
            per_segment, ways, n_rows, n, aligned, ptr(xs), ptr(out), *gat_args,
@@ -150,10 +173,10 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
 
 
 def dense_operands(x, values, n_rows: int, precision: str, out_dtype: torch.dtype):
-    """(x in the precision's storage type, values as float32, both contiguous; the empty output
-    [n_rows, N] in ``out_dtype``) for a tensor-core SpMM launch."""
+    """(x in the precision's storage type, values as float32 (None stays None), both contiguous;
+    the empty output [n_rows, N] in ``out_dtype``) for a tensor-core SpMM launch."""
     xs = operand(x, STORAGE[precision])
-    vals = operand(values, torch.float32)
+    vals = None if values is None else operand(values, torch.float32)
     return xs, vals, torch.empty(n_rows, x.shape[1], dtype=out_dtype, device=x.device)
 
 

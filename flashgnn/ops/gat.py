@@ -10,8 +10,8 @@ the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i
 each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
 for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
 the backward computes P again; without dropout and edge values P is then not kept at all, and
-P^T (for dH) is computed in A^T's layout instead of moved there (for fp16/bf16 by the SpMM as
-it stages it: not stored at all). The terms' gradients are sums over rows (er: summed by the
+P^T (for dH) is computed in A^T's layout instead of moved there; for fp16/bf16 neither is ever
+stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them. The terms' gradients are sums over rows (er: summed by the
 softmax backward's kernels as they write) and, through A^T's CSR order, columns (el). In A's
 value layout a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph
 with one nonzero per vector, so each pass over one, and each one kept, matters on large graphs.
@@ -28,7 +28,7 @@ from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda, gat_softmax_transposed_cuda
 from .._cuda.slot_row_sums import slot_row_sums_cuda
-from .._cuda.spmm import GAT_PRECISIONS, spmm_tensor_core
+from .._cuda.spmm import GAT_PRECISIONS, GatAttention, spmm_tensor_core
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm
@@ -46,11 +46,13 @@ def _on_kernels(er: Tensor, el: Tensor) -> bool:
     return er.is_cuda and er.dtype == el.dtype == torch.float32
 
 
-def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int) -> tuple[Tensor, Tensor | None]:
+def _attention(pattern, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int,
+               write: bool = True) -> tuple[Tensor | None, Tensor | None]:
     """P = edge_softmax(leaky_relu(er_i + el_j)) in A's value layout, fp32 (float64), and on
-    the kernels its rows' records (which give P^T: ``gat_softmax_transposed_cuda``), else None."""
+    the kernels its rows' records (which give P and P^T: ``GatAttention``,
+    ``gat_softmax_transposed_cuda``), else None. On the kernels without ``write`` P is None."""
     if _on_kernels(er, el):
-        return gat_softmax_cuda(*pattern, er.view(-1), el.view(-1), slope, k)
+        return gat_softmax_cuda(*pattern, er.view(-1), el.view(-1), slope, k, write=write)
     scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
     return _edge_softmax(*pattern, F.leaky_relu_(scores, slope), n_rows, k), None
 
@@ -66,6 +68,11 @@ def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Ten
     scores = _sddmm(*pattern, *_score_operands(er, el), k, "fp32", *NO_TRANSPOSE)
     torch.ops.aten.leaky_relu_backward.grad_input(d_scores, scores, slope, False, grad_input=d_scores)
     return d_scores, None
+
+
+def _staged_by_spmm(precision: str, k: int) -> bool:
+    """Whether the SpMM computes GAT's attention from the row records as it stages it."""
+    return precision in GAT_PRECISIONS and k == 8
 
 
 def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
@@ -89,20 +96,29 @@ def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ft, er, el, edge_values, pattern, transposed, t_indptr, n_rows, k, slope, drop, precision):
-        prob, row_info = _attention(pattern, er, el, slope, n_rows, k)
-        keep = None
-        if drop > 0:
-            dropped, keep = torch.native_dropout(prob, drop, True)
-        else:
-            dropped = prob
-        if edge_values is not None:
-            dropped = dropped * edge_values
+        # on the kernels, without dropout or edge values, P is computed from the rows' records
+        # where it is read (the 16-bit SpMMs as they stage it) and not kept for the backward
+        computes_p = _on_kernels(er, el) and drop == 0 and edge_values is None
+        if computes_p:  # every launch reads them as 1-D views: made contiguous once
+            er, el = er.contiguous(), el.contiguous()
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
-        out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, ft.dtype == torch.float32, *NO_TRANSPOSE)
-        # on the kernels, without dropout or edge values, the backward computes P again from
-        # the rows' records (P^T too): P, the size of A's value layout, is not kept
-        computes_p = row_info is not None and keep is None and edge_values is None
+        out_fp32 = ft.dtype == torch.float32
+        staged = computes_p and _staged_by_spmm(precision, k)
+        prob, row_info = _attention(pattern, er, el, slope, n_rows, k, write=not staged)
+        keep = None
+        if staged:
+            out = spmm_tensor_core(*pattern, None, ft_k, n_rows, k, precision,
+                                   torch.float32 if out_fp32 else ft_k.dtype,
+                                   gat=GatAttention(el.view(-1), row_info, slope, transposed=False))
+        else:
+            if drop > 0:
+                dropped, keep = torch.native_dropout(prob, drop, True)
+            else:
+                dropped = prob
+            if edge_values is not None:
+                dropped = dropped * edge_values
+            out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, out_fp32, *NO_TRANSPOSE)
         ctx.save_for_backward(ft_k, er, el, None if computes_p else prob, row_info, keep, edge_values, t_indptr,
                               *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
@@ -133,10 +149,10 @@ class _Attention(torch.autograd.Function):
         grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
             out_fp32 = ctx.ft_dtype == torch.float32
-            if prob is None and precision in GAT_PRECISIONS and k == 8:  # P^T computed as the SpMM stages it
+            if prob is None and _staged_by_spmm(precision, k):  # P^T computed as the SpMM stages it
                 grad_ft = spmm_tensor_core(*transposed, None, grad_k, n_cols, k, precision,
                                            torch.float32 if out_fp32 else grad_k.dtype,
-                                           gat_transposed=(el.view(-1), row_info, ctx.slope))
+                                           gat=GatAttention(el.view(-1), row_info, ctx.slope, transposed=True))
             else:
                 if prob is None:  # P' = P, computed in A^T's layout
                     dropped_t = gat_softmax_transposed_cuda(*transposed, el.view(-1), ctx.slope, row_info, k)
