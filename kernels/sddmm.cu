@@ -60,40 +60,55 @@ template <int RUN_> struct SddmmChunk<TF32, RUN_> {
     }
 };
 
-// Dynamic shared memory: seg_vectors column indices and vector masks per warp.
-template <int P, bool WHOLE, int RUN>
-__global__ void __launch_bounds__(128) sddmm_kernel(
-    const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
-    const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
-    int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
-    const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y) {
+// The segment of one warp: its vectors' columns and masks, staged in shared memory.
+struct SddmmSegment {
+    i64 first;     // its first vector in the format
+    int count;     // its vectors
+    i64 window;
+    const int* cols;
+    const u8* masks;
+};
+
+// Segment `seg` of one warp (dynamic shared memory: seg_vectors column indices and vector masks
+// per warp): D = x[window rows] . y[col] for its vectors, handed to epi.group(d, segment, j0, q)
+// a group q of 16 vectors at a time (lane (g, t) holds rows 2t, 2t + 1 of vectors j0 + g and
+// j0 + g + 8), after epi.columns(col) has seen, before their products, the columns of the
+// GROUPS groups of a loop step (col[q][h]: vector j0 + 8h + g of group q, -1 past the end).
+// Returns the segment.
+template <int P, bool WHOLE, int RUN, class Epilogue>
+__device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
+                                                      const int* __restrict__ seg_window,
+                                                      const i64* __restrict__ seg_first,
+                                                      const int* __restrict__ seg_count, i64 seg, int seg_vectors,
+                                                      int n_rows, int kdim, int aligned,
+                                                      const typename SddmmChunk<P, RUN>::T* __restrict__ x,
+                                                      const typename SddmmChunk<P, RUN>::T* __restrict__ y,
+                                                      Epilogue& epi) {
     typedef SddmmChunk<P, RUN> Chunk;
     typedef typename Chunk::T T;
     constexpr int FEATURES = 4 * Chunk::RUN;  // per chunk
-    const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (seg >= n_segments) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const i64 first = seg_first[seg];
-    const int count = seg_count[seg];
-    const i64 row = (i64)seg_window[seg] * WINDOW + g;
     extern __shared__ int smem[];
     const int warp = threadIdx.x >> 5;
     int* cols = smem + warp * seg_vectors;
     u8* masks = reinterpret_cast<u8*>(smem + (blockDim.x >> 5) * seg_vectors) + warp * seg_vectors;
-    for (int j = lane; j < count; j += 32) {
-        cols[j] = col_idx[first + j];
-        masks[j] = vec_mask[first + j];
+    const SddmmSegment s{seg_first[seg], seg_count[seg], seg_window[seg], cols, masks};
+    const i64 row = s.window * WINDOW + g;
+    for (int j = lane; j < s.count; j += 32) {
+        cols[j] = col_idx[s.first + j];
+        masks[j] = vec_mask[s.first + j];
     }
     __syncwarp();
     u32 x0[Chunk::WORDS] = {};
     if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
-    for (int j0 = 0; j0 < count; j0 += 16 * GROUPS) {
+    for (int j0 = 0; j0 < s.count; j0 += 16 * GROUPS) {
         int col[GROUPS][2];
 #pragma unroll
         for (int h = 0; h < 2 * GROUPS; ++h) {
             const int j = j0 + 8 * h + g;
-            col[h / 2][h % 2] = j < count ? cols[j] : -1;
+            col[h / 2][h % 2] = j < s.count ? cols[j] : -1;
         }
+        epi.columns(col);
         float d[GROUPS][4] = {};
         for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
             const int f0 = c + t * Chunk::RUN;
@@ -116,8 +131,129 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
             for (int q = 0; q < GROUPS; ++q) Chunk::mma(d[q], yv[q][0], yv[q][1], xr);
         }
 #pragma unroll
-        for (int q = 0; q < GROUPS; ++q) store_group(d[q], out, masks, first, count, j0 + 16 * q, k);
+        for (int q = 0; q < GROUPS; ++q) epi.group(d[q], s, j0 + 16 * q, q);
     }
+    return s;
+}
+
+// The SDDMM's epilogue: D into A's value layout (format block width k).
+struct StoreValues {
+    float* out;
+    int k;
+    __device__ __forceinline__ void columns(const int (&)[GROUPS][2]) {}
+    __device__ __forceinline__ void group(const float (&d)[4], const SddmmSegment& s, int j0, int) {
+        store_group(d, out, s.masks, s.first, s.count, j0, k);
+    }
+};
+
+template <int P, bool WHOLE, int RUN>
+__global__ void __launch_bounds__(128) sddmm_kernel(
+    const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
+    const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
+    int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
+    const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y) {
+    const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (seg >= n_segments) return;
+    StoreValues epi{out, k};
+    sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg, seg_vectors, n_rows,
+                                 kdim, aligned, x, y, epi);
+}
+
+// GAT's backward through its softmax, with g = dOut_i . H_j (this SDDMM's D, never stored) and
+// P from the forward's row records (gat_attention: the softmax's bits):
+//   STATS  the row statistics s_i = sum_j P_ij g_ij;
+//   WRITE  d = leaky_relu'(er_i + el_j) * P_ij (g_ij - s_i) into A's value layout (0 in padding
+//          slots), the softmax backward's formula, and d's row sums (er's gradient).
+// Row results go to rows[8 * window + r], or for a split window's segment to parts[8 * part + r]
+// (spmm_reduce adds them in part order; s_i is read from row_stats, complete). A lane holds rows
+// 2t and 2t + 1 and gathers el once per vector, before the vector's products (a gather after
+// them stalled every step); its sums run over the segment's vectors in order, then across the 8
+// lanes of t.
+template <bool WRITE>
+struct GatSoftmaxBackward {
+    const float* el;
+    const float4* records;   // the window's
+    float slope;
+    const float* row_stats;  // WRITE: s [8 * n_windows]
+    float* out;              // WRITE: d in A's value layout
+    int k;
+    float stat[2];
+    float acc[2];
+    float el_col[GROUPS][2];  // el of the step's vectors, loaded while their products run
+
+    __device__ __forceinline__ void columns(const int (&col)[GROUPS][2]) {
+#pragma unroll
+        for (int q = 0; q < GROUPS; ++q) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) el_col[q][h] = col[q][h] >= 0 ? __ldg(el + col[q][h]) : 0.f;
+        }
+    }
+
+    __device__ __forceinline__ void group(const float (&d)[4], const SddmmSegment& s, int j0, int q) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int j = j0 + g + 8 * h;
+            if (j >= s.count) continue;
+            const float el_j = el_col[q][h];
+            const int b0 = j & -k;
+            const int kb = min(k, s.count - b0);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int r = 2 * t + e;
+                float v = 0.f;
+                if ((s.masks[j] >> r) & 1) {
+                    const float4 record = __ldg(records + r);
+                    const float p = gat_attention(record, el_j, slope);
+                    if constexpr (WRITE) {
+                        v = p * (d[2 * h + e] - stat[e]);
+                        v = record.z + el_j > 0.f ? v : v * slope;
+                        acc[e] += v;
+                    } else {
+                        acc[e] += p * d[2 * h + e];
+                    }
+                }
+                if constexpr (WRITE) out[WINDOW * (s.first + b0) + r * kb + (j - b0)] = v;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void end(const SddmmSegment& s, int part, float* rows, float* parts) {
+        const int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int m = 4; m < 32; m <<= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], m);
+        }
+        if (lane >= 4) return;
+        float* dst = part < 0 ? rows + s.window * WINDOW : parts + (i64)part * WINDOW;
+        dst[2 * t] = acc[0];
+        dst[2 * t + 1] = acc[1];
+    }
+};
+
+// rows, parts: STATS's row statistics s, or WRITE's row sums of d (see GatSoftmaxBackward).
+template <int P, bool WHOLE, int RUN, bool WRITE>
+__global__ void __launch_bounds__(128) gat_softmax_backward_sddmm(
+    const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
+    const i64* __restrict__ seg_first, const int* __restrict__ seg_count, const int* __restrict__ seg_part,
+    i64 n_segments, int seg_vectors, int n_rows, int kdim, int k, int aligned,
+    const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y,
+    const float* __restrict__ el, const float4* __restrict__ records, float slope,
+    const float* __restrict__ row_stats, float* __restrict__ out, float* __restrict__ rows,
+    float* __restrict__ parts) {
+    const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (seg >= n_segments) return;
+    const i64 window = seg_window[seg];
+    const int t = threadIdx.x & 3;
+    GatSoftmaxBackward<WRITE> epi{el, records + window * WINDOW, slope, row_stats, out, k, {}, {}, {}};
+    if constexpr (WRITE) {
+        epi.stat[0] = row_stats[window * WINDOW + 2 * t];
+        epi.stat[1] = row_stats[window * WINDOW + 2 * t + 1];
+    }
+    const SddmmSegment s = sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg,
+                                                        seg_vectors, n_rows, kdim, aligned, x, y, epi);
+    epi.end(s, seg_part[seg], rows, parts);
 }
 
 }  // namespace fg

@@ -154,30 +154,70 @@ def test_gpu_keeps_no_slot_sized_tensor_without_dropout(rng):
     assert saved_slot_tensors(0.5) == ["torch.bool", "torch.float32"]
 
 
+def _hub_adjacency(rng, n=300, empty_window=False):
+    """A square pattern with a hub row and a hub column: windows of A and of A^T split over
+    segments (on the GPU); with ``empty_window``, rows 16-23 without nonzeros."""
+    _, m = _adjacency(rng, n=n)
+    m = m.tolil()
+    m[rng.choice(n, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
+    m[9, rng.choice(n, 290, replace=False)] = 1.0  # a hub row: its window of A split
+    m = m.tocsr()
+    if empty_window:
+        keep = np.ones(n)
+        keep[16:24] = 0
+        m = (sp.diags(keep) @ m).tocsr()
+        m.eliminate_zeros()
+    m.sort_indices()
+    return MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),
+                           n_cols=n, device="cuda")
+
+
 @needs_gpu
 @pytest.mark.parametrize("f_dim", [16, 33])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_gpu_attention_computed_by_the_spmms_gives_the_same_bits(precision, f_dim, rng, monkeypatch):
+def test_gpu_fused_kernels_match_the_stored_attention_path(precision, f_dim, rng, monkeypatch):
     """Without dropout, fp16/bf16: the forward's SpMM computes P and dH's P^T from the row
-    records as they stage them (the softmax forward stores only the records); the same bits as
-    P written by the softmax and P^T by gat_softmax_transposed, read by the SpMMs, with windows
-    of A and of A^T split over segments."""
-    from flashgnn.ops import gat as gat_module
-
-    _, m = _adjacency(rng, n=300)
-    m = m.tolil()
-    m[rng.choice(300, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
-    m[9, rng.choice(300, 290, replace=False)] = 1.0  # a hub row: its window of A split
-    m = m.tocsr()
-    m.sort_indices()
-    a = MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),
-                        n_cols=300, device="cuda")
+    records as they stage them (the softmax forward stores only the records), and the SDDMM
+    forms the softmax's backward from dP without storing it. Against P written by the softmax,
+    P^T by gat_softmax_transposed and dP by the SDDMM, read by the other kernels: the output and
+    dH have the same bits; the terms' gradients sum the row statistics in another order."""
+    a = _hub_adjacency(rng)
     ft, terms, proj = (torch.randn(a.n_rows, f, device="cuda") for f in (f_dim, 2, f_dim))
-    computed = _run(_gat, a, ft, terms, precision, proj)
+    out, d_ft, d_terms = _run(_gat, a, ft, terms, precision, proj)
     monkeypatch.setattr(gat_module, "GAT_PRECISIONS", ())
     stored = _run(_gat, a, ft, terms, precision, proj)
-    for c, s in zip(computed, stored):
-        assert torch.equal(c, s)
+    assert torch.equal(out, stored[0]) and torch.equal(d_ft, stored[1])
+    assert rel_err(d_terms, stored[2]) < 1e-5
+
+
+@needs_gpu
+@pytest.mark.parametrize("k_dim", [5, 16, 64])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gpu_softmax_backward_by_the_sddmm(precision, k_dim, rng):
+    """gat_softmax_backward_tensor_core against the SDDMM's dP fed to gat_softmax_backward_cuda:
+    the gradient in A's layout (0 in padding slots) and its row sums, split windows and an
+    empty window included; the same bits in two runs."""
+    from flashgnn._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
+    from flashgnn._cuda.sddmm import gat_softmax_backward_tensor_core, sddmm_tensor_core
+
+    a = _hub_adjacency(rng, n=330, empty_window=True)  # rows 328-329: a last window of two real rows
+    pattern = (a.row_ptr, a.col_idx, a.vec_mask)
+    er, el = torch.randn(a.n_rows, device="cuda"), torch.randn(a.n_cols, device="cuda")
+    grad, ft = torch.randn(a.n_rows, k_dim, device="cuda"), torch.randn(a.n_cols, k_dim, device="cuda")
+    _, records = gat_softmax_cuda(*pattern, er, el, 0.2, a.k, write=False)
+    d, sums = gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el, records, 0.2)
+    d_prob = sddmm_tensor_core(*pattern, grad, ft, a.k, precision)
+    ref_d, ref_sums = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, d_prob, a.k)
+    real = torch.zeros(a.n_slots, dtype=torch.bool, device="cuda")
+    real[a.perm] = True
+    assert torch.equal(d[~real], torch.zeros_like(d[~real]))
+    assert rel_err(d, ref_d) < 1e-5 and rel_err(sums, ref_sums) < 1e-5
+    again = gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el, records, 0.2)
+    assert torch.equal(d, again[0]) and torch.equal(sums, again[1])
+    with pytest.raises(ValueError, match="fp16/bf16 only"):
+        gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, "tf32", el, records, 0.2)
+    with pytest.raises(ValueError, match="el must be"):
+        gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el[1:], records, 0.2)
 
 
 def test_no_dropout_without_a_probability(rng):

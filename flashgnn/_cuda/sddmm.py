@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from .pattern_nnz import pattern_nnz
-from .runtime import launch, operand, ptr
+from .runtime import f32, launch, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
-from .spmm import STORAGE, WARPS_PER_BLOCK
+from .spmm import GAT_PRECISIONS, STORAGE, WARPS_PER_BLOCK, reduce_split_windows
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (4 MMAs); for 16-bit
@@ -17,7 +17,10 @@ _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # features
 _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
-                               for whole in ("false", "true") for run in runs])
+                               for whole in ("false", "true") for run in runs]
+                  + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {write}>"
+                     for p in GAT_PRECISIONS for whole in ("false", "true") for run in _RUNS[p]
+                     for write in ("false", "true")])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
 # against 3.38x (H100, session 17, a first version of the walk).
@@ -67,22 +70,73 @@ def _run_features(kdim: int, precision: str) -> int:
     return min((r for r in runs if 4 * r >= kdim), default=runs[0])
 
 
+def _tensor_core_kernel(xs: torch.Tensor, ys: torch.Tensor, precision: str) -> tuple[str, bool]:
+    """(template arguments <precision, WHOLE, RUN> of a tensor-core SDDMM of xs and ys, aligned)."""
+    kdim = xs.shape[1]
+    aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
+    run = _run_features(kdim, precision)
+    whole = aligned and kdim % (4 * run) == 0
+    return f"{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}", aligned
+
+
+def _launch_shape(seg) -> dict:
+    """Grid, block and shared memory of a warp-per-segment SDDMM launch (a column index and a
+    mask per vector)."""
+    return dict(grid=(-(-seg.n_segments // WARPS_PER_BLOCK),), block=(32 * WARPS_PER_BLOCK,),
+                shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)
+
+
 def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
     """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors], fp32; precision in
     {"fp16", "bf16", "tf32"}. x [n_rows, K], y [n_cols, K] of any float dtype."""
     xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, STORAGE[precision])
     if seg is None:
         return out
-    kdim = xs.shape[1]
-    aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
-    run = _run_features(kdim, precision)
-    whole = aligned and kdim % (4 * run) == 0
-    kernel = f"fg::sddmm_kernel<{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}>"
-    launch(SOURCE, kernel, x.device, (-(-seg.n_segments // WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+    args, aligned = _tensor_core_kernel(xs, ys, precision)
+    shape = _launch_shape(seg)
+    launch(SOURCE, f"fg::sddmm_kernel<{args}>", x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
-           seg.n_segments, seg.seg_vectors, x.shape[0], kdim, k, aligned, ptr(out), ptr(xs), ptr(ys),
-           shmem=5 * WARPS_PER_BLOCK * seg.seg_vectors)  # a column index and a mask per vector
+           seg.n_segments, seg.seg_vectors, x.shape[0], xs.shape[1], k, aligned, ptr(out), ptr(xs), ptr(ys),
+           shmem=shape["shmem"])
     return out
+
+
+def gat_softmax_backward_tensor_core(row_ptr, col_idx, vec_mask, grad, ft, k: int, precision: str,
+                                     el: torch.Tensor, row_info: torch.Tensor,
+                                     slope: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAT's backward through its attention without dP in memory: d(er_i + el_j) in A's value
+    layout [8 * n_vectors], fp32 (0 in padding slots), and its row sums [8 * n_windows] (er's
+    gradient), for P = GAT's attention with ``row_info`` the softmax forward's row records
+    (``gat_softmax_cuda``) and dP = SDDMM(grad, ft) on A's pattern in ``precision`` (fp16/bf16):
+    two passes of that SDDMM, the first summing P * dP per row, the second writing
+    leaky_relu'(er_i + el_j) * P (dP - sum); split windows' partial sums are added in order
+    after each. grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The formula and
+    operations of ``gat_softmax_backward_cuda`` on the SDDMM's dP; the row sums are added in
+    another order."""
+    if precision not in GAT_PRECISIONS:
+        raise ValueError(f"gat_softmax_backward_tensor_core: fp16/bf16 only, got {precision!r}")
+    rows = 8 * (row_ptr.numel() - 1)
+    if el.shape != (ft.shape[0],) or row_info.shape != (rows, 4):
+        raise ValueError(f"gat_softmax_backward_tensor_core: el must be [{ft.shape[0]}] and row_info [{rows}, 4], "
+                         f"got {tuple(el.shape)} and {tuple(row_info.shape)}")
+    xs, ys, out, seg = _prepare(col_idx, row_ptr, grad, ft, STORAGE[precision])
+    row_sums = torch.zeros(rows, dtype=torch.float32, device=grad.device)
+    if seg is None:
+        return out, row_sums
+    el, row_info = operand(el, torch.float32), operand(row_info, torch.float32)
+    args, aligned = _tensor_core_kernel(xs, ys, precision)
+    shape = _launch_shape(seg)
+    row_stats = torch.empty(rows, dtype=torch.float32, device=grad.device)
+    # split windows' partial statistics, then sums (``row_stats`` stands in when there are none: never touched)
+    parts = torch.empty(seg.n_parts * 8, dtype=torch.float32, device=grad.device) if seg.n_parts else row_stats
+    for write, row_results in (("false", row_stats), ("true", row_sums)):
+        launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {write}>", grad.device, shape["grid"],
+               shape["block"], ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"),
+               seg.n_segments, seg.seg_vectors, grad.shape[0], xs.shape[1], k, aligned, ptr(xs), ptr(ys),
+               ptr(el), ptr(row_info), f32(slope), ptr(row_stats), ptr(out), ptr(row_results), ptr(parts),
+               shmem=shape["shmem"])
+        reduce_split_windows(seg, parts, rows, row_results.view(-1, 1))
+    return out, row_sums
 
 
 def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:

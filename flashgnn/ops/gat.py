@@ -11,7 +11,9 @@ each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReL
 for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
 the backward computes P again; without dropout and edge values P is then not kept at all, and
 P^T (for dH) is computed in A^T's layout instead of moved there; for fp16/bf16 neither is ever
-stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them. The terms' gradients are sums over rows (er: summed by the
+stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them, and
+dP = SDDMM(dOut, H) is not stored either: two passes of that SDDMM sum P * dP per row and then
+write the scores' gradient. The terms' gradients are sums over rows (er: summed by the
 softmax backward's kernels as they write) and, through A^T's CSR order, columns (el). In A's
 value layout a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph
 with one nonzero per vector, so each pass over one, and each one kept, matters on large graphs.
@@ -27,6 +29,7 @@ from ..format import MEBCRS
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda, gat_softmax_transposed_cuda
+from .._cuda.sddmm import gat_softmax_backward_tensor_core
 from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .._cuda.spmm import GAT_PRECISIONS, GatAttention, spmm_tensor_core
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
@@ -70,8 +73,9 @@ def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Ten
     return d_scores, None
 
 
-def _staged_by_spmm(precision: str, k: int) -> bool:
-    """Whether the SpMM computes GAT's attention from the row records as it stages it."""
+def _fused(precision: str, k: int) -> bool:
+    """Whether, given the row records, the SpMMs compute GAT's attention as they stage it and
+    the SDDMM the softmax's backward from its dP (never stored): the 16-bit tensor-core paths."""
     return precision in GAT_PRECISIONS and k == 8
 
 
@@ -104,7 +108,7 @@ class _Attention(torch.autograd.Function):
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out_fp32 = ft.dtype == torch.float32
-        staged = computes_p and _staged_by_spmm(precision, k)
+        staged = computes_p and _fused(precision, k)
         prob, row_info = _attention(pattern, er, el, slope, n_rows, k, write=not staged)
         keep = None
         if staged:
@@ -149,7 +153,7 @@ class _Attention(torch.autograd.Function):
         grad_ft = grad_er = grad_el = None
         if need_ft:  # out = P' @ H: dH = P'^T @ dOut
             out_fp32 = ctx.ft_dtype == torch.float32
-            if prob is None and _staged_by_spmm(precision, k):  # P^T computed as the SpMM stages it
+            if prob is None and _fused(precision, k):  # P^T computed as the SpMM stages it
                 grad_ft = spmm_tensor_core(*transposed, None, grad_k, n_cols, k, precision,
                                            torch.float32 if out_fp32 else grad_k.dtype,
                                            gat=GatAttention(el.view(-1), row_info, ctx.slope, transposed=True))
@@ -162,10 +166,15 @@ class _Attention(torch.autograd.Function):
                 del dropped_t
             grad_ft = grad_ft.to(ctx.ft_dtype)
         if need_er or need_el:
-            d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
+            if prob is None and _fused(precision, k):  # dP = SDDMM(dOut, H) consumed as the SDDMM forms it
+                d_scores, d_er = gat_softmax_backward_tensor_core(*pattern, grad_k, ft_k, k, precision, el.view(-1),
+                                                                  row_info, ctx.slope)
+                d_er = d_er[:n_rows].view(-1, 1)
+            else:
+                d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
+                d_scores, d_er = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
+                del d_prob
             # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
-            d_scores, d_er = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
-            del d_prob
             if need_er:
                 grad_er = (_row_sums(*pattern, d_scores, n_rows, n_cols, k) if d_er is None else d_er).to(er.dtype)
             if need_el:
