@@ -159,33 +159,45 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
                                  kdim, aligned, x, y, epi);
 }
 
-// GAT's backward through its softmax, with g = dOut_i . H_j (this SDDMM's D, never stored) and
-// P from the forward's row records (gat_attention: the softmax's bits):
-//   STATS  the row statistics s_i = sum_j P_ij g_ij;
-//   WRITE  d = leaky_relu'(er_i + el_j) * P_ij (g_ij - s_i) into A's value layout (0 in padding
-//          slots), the softmax backward's formula, and d's row sums (er's gradient).
-// Row results go to rows[8 * window + r], or for a split window's segment to parts[8 * part + r]
-// (spmm_reduce adds them in part order; s_i is read from row_stats, complete). A lane holds rows
-// 2t and 2t + 1 and gathers el once per vector, before the vector's products (a gather after
-// them stalled every step); its sums run over the segment's vectors in order, then across the 8
-// lanes of t.
-template <bool WRITE>
+// GAT's backward through its softmax without its scores' gradient d in memory: with
+// g_ij = dOut_i . H_j (this SDDMM's D), P from the forward's row records (gat_attention: the
+// softmax's bits) and c_ij = leaky_relu'(er_i + el_j) (1, or slope where er_i + el_j <= 0),
+// d_ij = c_ij P_ij (g_ij - s_i), s_i = sum_j P_ij g_ij (the softmax backward's formula). Two
+// passes, neither writes a slot:
+//   ROWS     on A: per row i, s_i, a_i = sum_j c_ij P_ij g_ij and b_i = sum_j c_ij P_ij, from
+//            which er's gradient sum_j d_ij = a_i - s_i b_i (STATS = 3 sums per row);
+//   COLUMNS  on A^T (window rows j, vector columns i, g from x = H and y = dOut): per row j,
+//            el's gradient sum_i d_ij, with s_i in the record's fourth float (STATS = 1).
+// Row results go to rows[(8 * window + r) * STATS + f], or for a split window's segment to
+// parts[(8 * part + r) * STATS + f] (spmm_reduce adds them in part order). A lane holds rows 2t
+// and 2t + 1; what it needs of a vector's column (ROWS: el_j, COLUMNS: record i) is gathered
+// before the vector's products (a gather after them stalled every step); its sums run over the
+// segment's vectors in order, then across the 8 lanes of t.
+enum GatPass { GAT_ROWS = 0, GAT_COLUMNS = 1 };
+
+// What a pass gathers per vector column: ROWS el_j, COLUMNS the record of i.
+template <int PASS> struct GatColumn { typedef float T; };
+template <> struct GatColumn<GAT_COLUMNS> { typedef float4 T; };
+
+template <int PASS>
 struct GatSoftmaxBackward {
+    static constexpr int STATS = PASS == GAT_ROWS ? 3 : 1;
+    typedef typename GatColumn<PASS>::T Column;
     const float* el;
-    const float4* records;   // the window's
+    const float4* records;
     float slope;
-    const float* row_stats;  // WRITE: s [8 * n_windows]
-    float* out;              // WRITE: d in A's value layout
-    int k;
-    float stat[2];
-    float acc[2];
-    float el_col[GROUPS][2];  // el of the step's vectors, loaded while their products run
+    float el_row[2];      // COLUMNS: el of rows 2t, 2t + 1
+    float acc[2][STATS];
+    Column column[GROUPS][2];  // ROWS: el, COLUMNS: the record of the step's vectors' columns
 
     __device__ __forceinline__ void columns(const int (&col)[GROUPS][2]) {
 #pragma unroll
         for (int q = 0; q < GROUPS; ++q) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) el_col[q][h] = col[q][h] >= 0 ? __ldg(el + col[q][h]) : 0.f;
+            for (int h = 0; h < 2; ++h) {
+                if constexpr (PASS == GAT_ROWS) column[q][h] = col[q][h] >= 0 ? __ldg(el + col[q][h]) : 0.f;
+                else column[q][h] = col[q][h] >= 0 ? __ldg(records + col[q][h]) : float4{};
+            }
         }
     }
 
@@ -195,25 +207,26 @@ struct GatSoftmaxBackward {
         for (int h = 0; h < 2; ++h) {
             const int j = j0 + g + 8 * h;
             if (j >= s.count) continue;
-            const float el_j = el_col[q][h];
-            const int b0 = j & -k;
-            const int kb = min(k, s.count - b0);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int r = 2 * t + e;
-                float v = 0.f;
-                if ((s.masks[j] >> r) & 1) {
-                    const float4 record = __ldg(records + r);
+                if (!((s.masks[j] >> r) & 1)) continue;
+                const float gd = d[2 * h + e];
+                if constexpr (PASS == GAT_ROWS) {
+                    const float4 record = __ldg(records + s.window * WINDOW + r);
+                    const float el_j = column[q][h];
                     const float p = gat_attention(record, el_j, slope);
-                    if constexpr (WRITE) {
-                        v = p * (d[2 * h + e] - stat[e]);
-                        v = record.z + el_j > 0.f ? v : v * slope;
-                        acc[e] += v;
-                    } else {
-                        acc[e] += p * d[2 * h + e];
-                    }
+                    const bool positive = record.z + el_j > 0.f;
+                    const float pg = p * gd;
+                    acc[e][0] += pg;
+                    acc[e][1] += positive ? pg : pg * slope;
+                    acc[e][2] += positive ? p : p * slope;
+                } else {
+                    const float4 record = column[q][h];
+                    const float p = gat_attention(record, el_row[e], slope);
+                    const float v = p * (gd - record.w);
+                    acc[e][0] += record.z + el_row[e] > 0.f ? v : v * slope;
                 }
-                if constexpr (WRITE) out[WINDOW * (s.first + b0) + r * kb + (j - b0)] = v;
             }
         }
     }
@@ -223,33 +236,38 @@ struct GatSoftmaxBackward {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
 #pragma unroll
-            for (int m = 4; m < 32; m <<= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], m);
+            for (int f = 0; f < STATS; ++f) {
+#pragma unroll
+                for (int m = 4; m < 32; m <<= 1) acc[e][f] += __shfl_xor_sync(0xffffffffu, acc[e][f], m);
+            }
         }
         if (lane >= 4) return;
-        float* dst = part < 0 ? rows + s.window * WINDOW : parts + (i64)part * WINDOW;
-        dst[2 * t] = acc[0];
-        dst[2 * t + 1] = acc[1];
+        float* dst = (part < 0 ? rows + s.window * WINDOW * STATS : parts + (i64)part * WINDOW * STATS) + 2 * t * STATS;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int f = 0; f < STATS; ++f) dst[e * STATS + f] = acc[e][f];
+        }
     }
 };
 
-// rows, parts: STATS's row statistics s, or WRITE's row sums of d (see GatSoftmaxBackward).
-template <int P, bool WHOLE, int RUN, bool WRITE>
+// x: the window rows' operand, y: the columns' (ROWS: dOut, H; COLUMNS on A^T: H, dOut); el
+// [n_cols of A], records [8 * n_windows of A, 4]; rows, parts: see GatSoftmaxBackward.
+template <int P, bool WHOLE, int RUN, int PASS>
 __global__ void __launch_bounds__(128) gat_softmax_backward_sddmm(
     const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, const int* __restrict__ seg_part,
-    i64 n_segments, int seg_vectors, int n_rows, int kdim, int k, int aligned,
+    i64 n_segments, int seg_vectors, int n_rows, int kdim, int aligned,
     const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y,
-    const float* __restrict__ el, const float4* __restrict__ records, float slope,
-    const float* __restrict__ row_stats, float* __restrict__ out, float* __restrict__ rows,
+    const float* __restrict__ el, const float4* __restrict__ records, float slope, float* __restrict__ rows,
     float* __restrict__ parts) {
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;
-    const i64 window = seg_window[seg];
-    const int t = threadIdx.x & 3;
-    GatSoftmaxBackward<WRITE> epi{el, records + window * WINDOW, slope, row_stats, out, k, {}, {}, {}};
-    if constexpr (WRITE) {
-        epi.stat[0] = row_stats[window * WINDOW + 2 * t];
-        epi.stat[1] = row_stats[window * WINDOW + 2 * t + 1];
+    GatSoftmaxBackward<PASS> epi{el, records, slope, {}, {}, {}};
+    if constexpr (PASS == GAT_COLUMNS) {
+        const i64 row = seg_window[seg] * (i64)WINDOW + 2 * (threadIdx.x & 3);
+        epi.el_row[0] = row < n_rows ? __ldg(el + row) : 0.f;
+        epi.el_row[1] = row + 1 < n_rows ? __ldg(el + row + 1) : 0.f;
     }
     const SddmmSegment s = sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg,
                                                         seg_vectors, n_rows, kdim, aligned, x, y, epi);

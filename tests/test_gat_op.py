@@ -178,9 +178,9 @@ def _hub_adjacency(rng, n=300, empty_window=False):
 def test_gpu_fused_kernels_match_the_stored_attention_path(precision, f_dim, rng, monkeypatch):
     """Without dropout, fp16/bf16: the forward's SpMM computes P and dH's P^T from the row
     records as they stage them (the softmax forward stores only the records), and the SDDMM
-    forms the softmax's backward from dP without storing it. Against P written by the softmax,
-    P^T by gat_softmax_transposed and dP by the SDDMM, read by the other kernels: the output and
-    dH have the same bits; the terms' gradients sum the row statistics in another order."""
+    sums the terms' gradients without storing dP or the scores' gradient. Against P written by
+    the softmax, P^T by gat_softmax_transposed and dP by the SDDMM, read by the other kernels:
+    the output and dH have the same bits; the terms' gradients are sums in another order."""
     a = _hub_adjacency(rng)
     ft, terms, proj = (torch.randn(a.n_rows, f, device="cuda") for f in (f_dim, 2, f_dim))
     out, d_ft, d_terms = _run(_gat, a, ft, terms, precision, proj)
@@ -193,31 +193,36 @@ def test_gpu_fused_kernels_match_the_stored_attention_path(precision, f_dim, rng
 @needs_gpu
 @pytest.mark.parametrize("k_dim", [5, 16, 64])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_gpu_softmax_backward_by_the_sddmm(precision, k_dim, rng):
-    """gat_softmax_backward_tensor_core against the SDDMM's dP fed to gat_softmax_backward_cuda:
-    the gradient in A's layout (0 in padding slots) and its row sums, split windows and an
-    empty window included; the same bits in two runs."""
+def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
+    """gat_softmax_backward_tensor_core against the SDDMM's dP fed to gat_softmax_backward_cuda,
+    whose gradient of the scores is summed per row and per column in float64: split windows of
+    A and A^T and an empty window included; the same bits in two runs."""
     from flashgnn._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
     from flashgnn._cuda.sddmm import gat_softmax_backward_tensor_core, sddmm_tensor_core
+    from flashgnn.format import decode_slots
 
     a = _hub_adjacency(rng, n=330, empty_window=True)  # rows 328-329: a last window of two real rows
-    pattern = (a.row_ptr, a.col_idx, a.vec_mask)
+    t = a.transpose().fmt
+    pattern, transposed = (a.row_ptr, a.col_idx, a.vec_mask), (t.row_ptr, t.col_idx, t.vec_mask)
     er, el = torch.randn(a.n_rows, device="cuda"), torch.randn(a.n_cols, device="cuda")
     grad, ft = torch.randn(a.n_rows, k_dim, device="cuda"), torch.randn(a.n_cols, k_dim, device="cuda")
     _, records = gat_softmax_cuda(*pattern, er, el, 0.2, a.k, write=False)
-    d, sums = gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el, records, 0.2)
-    d_prob = sddmm_tensor_core(*pattern, grad, ft, a.k, precision)
-    ref_d, ref_sums = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, d_prob, a.k)
-    real = torch.zeros(a.n_slots, dtype=torch.bool, device="cuda")
-    real[a.perm] = True
-    assert torch.equal(d[~real], torch.zeros_like(d[~real]))
-    assert rel_err(d, ref_d) < 1e-5 and rel_err(sums, ref_sums) < 1e-5
-    again = gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el, records, 0.2)
-    assert torch.equal(d, again[0]) and torch.equal(sums, again[1])
+    d_er, d_el = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
+    d, _ = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, sddmm_tensor_core(*pattern, grad, ft, a.k, precision),
+                                     a.k)
+    coords = decode_slots(*pattern, a.k)
+    values = d[coords.slot].double()
+    ref_er = torch.zeros(d_er.numel(), dtype=torch.float64, device="cuda").index_add_(0, coords.row, values)
+    ref_el = torch.zeros(d_el.numel(), dtype=torch.float64, device="cuda").index_add_(0, coords.col, values)
+    scale = values.abs().max()  # sums of terms of both signs: bound the error by the terms' size
+    assert (d_er.double() - ref_er).abs().max() < 1e-5 * scale
+    assert (d_el.double() - ref_el).abs().max() < 1e-5 * scale
+    again = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
+    assert torch.equal(d_er, again[0]) and torch.equal(d_el, again[1])
     with pytest.raises(ValueError, match="fp16/bf16 only"):
-        gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, "tf32", el, records, 0.2)
+        gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, "tf32", el, records, 0.2)
     with pytest.raises(ValueError, match="el must be"):
-        gat_softmax_backward_tensor_core(*pattern, grad, ft, a.k, precision, el[1:], records, 0.2)
+        gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el[1:], records, 0.2)
 
 
 def test_no_dropout_without_a_probability(rng):

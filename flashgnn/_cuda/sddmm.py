@@ -18,9 +18,9 @@ _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
                                for whole in ("false", "true") for run in runs]
-                  + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {write}>"
+                  + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {which}>"
                      for p in GAT_PRECISIONS for whole in ("false", "true") for run in _RUNS[p]
-                     for write in ("false", "true")])
+                     for which in ("fg::GAT_ROWS", "fg::GAT_COLUMNS")])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
 # against 3.38x (H100, session 17, a first version of the walk).
@@ -101,42 +101,50 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     return out
 
 
-def gat_softmax_backward_tensor_core(row_ptr, col_idx, vec_mask, grad, ft, k: int, precision: str,
-                                     el: torch.Tensor, row_info: torch.Tensor,
-                                     slope: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAT's backward through its attention without dP in memory: d(er_i + el_j) in A's value
-    layout [8 * n_vectors], fp32 (0 in padding slots), and its row sums [8 * n_windows] (er's
-    gradient), for P = GAT's attention with ``row_info`` the softmax forward's row records
-    (``gat_softmax_cuda``) and dP = SDDMM(grad, ft) on A's pattern in ``precision`` (fp16/bf16):
-    two passes of that SDDMM, the first summing P * dP per row, the second writing
-    leaky_relu'(er_i + el_j) * P (dP - sum); split windows' partial sums are added in order
-    after each. grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The formula and
-    operations of ``gat_softmax_backward_cuda`` on the SDDMM's dP; the row sums are added in
-    another order."""
+def gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision: str, el: torch.Tensor,
+                                     row_info: torch.Tensor, slope: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of GAT's score terms er [8 * n_windows] and el [8 * n_windows of A^T], fp32,
+    through its attention P (``row_info``: the softmax forward's row records,
+    ``gat_softmax_cuda``) from dP = SDDMM(grad, ft) on A's pattern in ``precision``
+    (fp16/bf16), without dP or the scores' gradient d in memory: a pass of that SDDMM on A
+    (pattern) sums P * dP, leaky_relu' * P * dP and leaky_relu' * P per row (er's gradient is
+    the second minus the first times the third), one on A^T (transposed) sums d per column
+    (el's gradient). grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The formula of
+    ``gat_softmax_backward_cuda`` and its row and column sums, added in another order."""
     if precision not in GAT_PRECISIONS:
         raise ValueError(f"gat_softmax_backward_tensor_core: fp16/bf16 only, got {precision!r}")
-    rows = 8 * (row_ptr.numel() - 1)
+    rows = 8 * (pattern[0].numel() - 1)
     if el.shape != (ft.shape[0],) or row_info.shape != (rows, 4):
         raise ValueError(f"gat_softmax_backward_tensor_core: el must be [{ft.shape[0]}] and row_info [{rows}, 4], "
                          f"got {tuple(el.shape)} and {tuple(row_info.shape)}")
-    xs, ys, out, seg = _prepare(col_idx, row_ptr, grad, ft, STORAGE[precision])
-    row_sums = torch.zeros(rows, dtype=torch.float32, device=grad.device)
-    if seg is None:
-        return out, row_sums
+    storage = STORAGE[precision]
+    grad_k, ft_k = operand(grad, storage), operand(ft, storage)
     el, row_info = operand(el, torch.float32), operand(row_info, torch.float32)
-    args, aligned = _tensor_core_kernel(xs, ys, precision)
+    sums = _gat_pass("fg::GAT_ROWS", pattern, grad_k, ft_k, precision, el, row_info, slope, 3)
+    s, a, b = sums.unbind(1)
+    # each row's record with s_i in its fourth float, which the column pass gathers with it
+    records = torch.cat([row_info[:, :3], s.view(-1, 1)], 1)
+    d_el = _gat_pass("fg::GAT_COLUMNS", transposed, ft_k, grad_k, precision, el, records, slope, 1)
+    return torch.addcmul(a, s, b, value=-1.0), d_el.view(-1)
+
+
+def _gat_pass(which: str, pattern, x, y, precision: str, el, records, slope: float, stats: int) -> torch.Tensor:
+    """One pass of ``gat_softmax_backward_sddmm`` over a pattern: its per-row results [8 *
+    n_windows, stats] (0 for windows without vectors)."""
+    row_ptr, col_idx, vec_mask = pattern
+    rows = torch.zeros(8 * (row_ptr.numel() - 1), stats, dtype=torch.float32, device=x.device)
+    if col_idx.numel() == 0 or x.shape[1] == 0:  # no products: every sum is of zeros, or er's a - s b = 0
+        return rows
+    seg = segments_for(row_ptr, seg_vectors(col_idx.numel()), col_idx)
+    parts = torch.empty(seg.n_parts * 8 * stats, dtype=torch.float32, device=x.device) if seg.n_parts else rows
+    args, aligned = _tensor_core_kernel(x, y, precision)
     shape = _launch_shape(seg)
-    row_stats = torch.empty(rows, dtype=torch.float32, device=grad.device)
-    # split windows' partial statistics, then sums (``row_stats`` stands in when there are none: never touched)
-    parts = torch.empty(seg.n_parts * 8, dtype=torch.float32, device=grad.device) if seg.n_parts else row_stats
-    for write, row_results in (("false", row_stats), ("true", row_sums)):
-        launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {write}>", grad.device, shape["grid"],
-               shape["block"], ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"),
-               seg.n_segments, seg.seg_vectors, grad.shape[0], xs.shape[1], k, aligned, ptr(xs), ptr(ys),
-               ptr(el), ptr(row_info), f32(slope), ptr(row_stats), ptr(out), ptr(row_results), ptr(parts),
-               shmem=shape["shmem"])
-        reduce_split_windows(seg, parts, rows, row_results.view(-1, 1))
-    return out, row_sums
+    launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {which}>", x.device, shape["grid"], shape["block"],
+           ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"), seg.n_segments,
+           seg.seg_vectors, x.shape[0], x.shape[1], aligned, ptr(x), ptr(y), ptr(el), ptr(records), f32(slope),
+           ptr(rows), ptr(parts), shmem=shape["shmem"])
+    reduce_split_windows(seg, parts, rows.shape[0], rows.view(-1, stats))
+    return rows
 
 
 def _rows_kernel(xs: torch.Tensor, ys: torch.Tensor) -> bool:

@@ -12,8 +12,8 @@ for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er)
 the backward computes P again; without dropout and edge values P is then not kept at all, and
 P^T (for dH) is computed in A^T's layout instead of moved there; for fp16/bf16 neither is ever
 stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them, and
-dP = SDDMM(dOut, H) is not stored either: two passes of that SDDMM sum P * dP per row and then
-write the scores' gradient. The terms' gradients are sums over rows (er: summed by the
+neither dP = SDDMM(dOut, H) nor the scores' gradient is stored either: two passes of that
+SDDMM, on A and on A^T, sum the terms' gradients from the records. The terms' gradients are sums over rows (er: summed by the
 softmax backward's kernels as they write) and, through A^T's CSR order, columns (el). In A's
 value layout a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph
 with one nonzero per vector, so each pass over one, and each one kept, matters on large graphs.
@@ -166,19 +166,20 @@ class _Attention(torch.autograd.Function):
                 del dropped_t
             grad_ft = grad_ft.to(ctx.ft_dtype)
         if need_er or need_el:
-            if prob is None and _fused(precision, k):  # dP = SDDMM(dOut, H) consumed as the SDDMM forms it
-                d_scores, d_er = gat_softmax_backward_tensor_core(*pattern, grad_k, ft_k, k, precision, el.view(-1),
-                                                                  row_info, ctx.slope)
-                d_er = d_er[:n_rows].view(-1, 1)
+            # scores = er_i + el_j: d er_i sums row i of their gradient, d el_j column j
+            if prob is None and _fused(precision, k):  # neither dP nor the scores' gradient is stored
+                d_er, d_el = gat_softmax_backward_tensor_core(pattern, transposed, grad_k, ft_k, precision,
+                                                              el.view(-1), row_info, ctx.slope)
+                d_er, d_el = d_er[:n_rows].view(-1, 1), d_el[:n_cols].view(-1, 1)
             else:
                 d_prob = dropped_weights(_sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True)
                 d_scores, d_er = _attention_backward(pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k)
                 del d_prob
-            # scores = er_i + el_j: d er_i sums row i, d el_j sums column j
-            if need_er:
-                grad_er = (_row_sums(*pattern, d_scores, n_rows, n_cols, k) if d_er is None else d_er).to(er.dtype)
-            if need_el:
-                grad_el = _column_sums(d_scores, t_indptr, t_src).to(el.dtype)
+                if need_er and d_er is None:
+                    d_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k)
+                d_el = _column_sums(d_scores, t_indptr, t_src) if need_el else None
+            grad_er = d_er.to(er.dtype) if need_er else None
+            grad_el = d_el.to(el.dtype) if need_el else None
         return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None, None
 
 
