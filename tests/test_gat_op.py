@@ -208,8 +208,8 @@ def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
     grad, ft = torch.randn(a.n_rows, k_dim, device="cuda"), torch.randn(a.n_cols, k_dim, device="cuda")
     _, records = gat_softmax_cuda(*pattern, er, el, 0.2, a.k, write=False)
     d_er, d_el = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
-    d, _ = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, sddmm_tensor_core(*pattern, grad, ft, a.k, precision),
-                                     a.k)
+    d_prob = sddmm_tensor_core(*pattern, grad, ft, a.k, precision)
+    d, _ = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, d_prob, a.k)
     coords = decode_slots(*pattern, a.k)
     values = d[coords.slot].double()
     ref_er = torch.zeros(d_er.numel(), dtype=torch.float64, device="cuda").index_add_(0, coords.row, values)

@@ -161,8 +161,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
-    launch(SOURCE, _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed), x.device, (blocks,),
-           (32 * WARPS_PER_BLOCK,),
+    kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
+    launch(SOURCE, kernel, x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,

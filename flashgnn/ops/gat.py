@@ -10,13 +10,14 @@ the GPU the scores are never stored: the softmax kernels compute leaky_relu(er_i
 each slot, forward and backward, with the bits of the rank-2 SDDMM and leaky ReLU they stand
 for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er) from which
 the backward computes P again; without dropout and edge values P is then not kept at all, and
-P^T (for dH) is computed in A^T's layout instead of moved there; for fp16/bf16 neither is ever
-stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them, and
-neither dP = SDDMM(dOut, H) nor the scores' gradient is stored either: two passes of that
-SDDMM, on A and on A^T, sum the terms' gradients from the records. The terms' gradients are sums over rows (er: summed by the
-softmax backward's kernels as they write) and, through A^T's CSR order, columns (el). In A's
-value layout a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph
-with one nonzero per vector, so each pass over one, and each one kept, matters on large graphs.
+P^T (for dH) is computed in A^T's layout instead of moved there. The terms' gradients are sums
+of the scores' gradient over rows (er: summed by the softmax backward's kernels as they write)
+and, through A^T's CSR order, columns (el). For fp16/bf16 none of these slot-sized tensors is
+ever stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them,
+and two passes of the gradient SDDMM dP = SDDMM(dOut, H), on A and on A^T, sum the terms'
+gradients from the records without storing dP or the scores' gradient. In A's value layout
+a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
+per vector, so each pass over one, and each one kept, matters on large graphs.
 """
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Ten
 
 def _fused(precision: str, k: int) -> bool:
     """Whether, given the row records, the SpMMs compute GAT's attention as they stage it and
-    the SDDMM the softmax's backward from its dP (never stored): the 16-bit tensor-core paths."""
+    passes of the gradient SDDMM sum the terms' gradients (no slot-sized tensor): the 16-bit
+    tensor-core paths."""
     return precision in GAT_PRECISIONS and k == 8
 
 
