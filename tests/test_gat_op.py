@@ -15,6 +15,7 @@ from flashgnn.format import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops import gat as gat_module
 from flashgnn.ops.precision import half_storage
+from flashgnn.precision_context import block_width
 from tests.helpers import GPU, needs_gpu, random_csr, rel_err
 
 BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
@@ -154,9 +155,9 @@ def test_gpu_keeps_no_slot_sized_tensor_without_dropout(rng):
     assert saved_slot_tensors(0.5) == ["torch.bool", "torch.float32"]
 
 
-def _hub_adjacency(rng, n=300, empty_window=False):
-    """A square pattern with a hub row and a hub column: windows of A and of A^T split over
-    segments (on the GPU); with ``empty_window``, rows 16-23 without nonzeros."""
+def _hub_adjacency(rng, n=300, empty_window=False, k=8):
+    """A square pattern (block width k) with a hub row and a hub column: windows of A and of A^T
+    split over segments (on the GPU); with ``empty_window``, rows 16-23 without nonzeros."""
     _, m = _adjacency(rng, n=n)
     m = m.tolil()
     m[rng.choice(n, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
@@ -169,22 +170,22 @@ def _hub_adjacency(rng, n=300, empty_window=False):
         m.eliminate_zeros()
     m.sort_indices()
     return MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),
-                           n_cols=n, device="cuda")
+                           n_cols=n, k=k, device="cuda")
 
 
 @needs_gpu
 @pytest.mark.parametrize("f_dim", [16, 33])
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_gpu_fused_kernels_match_the_stored_attention_path(precision, f_dim, rng, monkeypatch):
-    """Without dropout, fp16/bf16: the forward's SpMM computes P and dH's P^T from the row
+    """Without dropout, on tensor cores: the forward's SpMM computes P and dH's P^T from the row
     records as they stage them (the softmax forward stores only the records), and the SDDMM
     sums the terms' gradients without storing dP or the scores' gradient. Against P written by
     the softmax, P^T by gat_softmax_transposed and dP by the SDDMM, read by the other kernels:
     the output and dH have the same bits; the terms' gradients are sums in another order."""
-    a = _hub_adjacency(rng)
+    a = _hub_adjacency(rng, k=block_width(precision))
     ft, terms, proj = (torch.randn(a.n_rows, f, device="cuda") for f in (f_dim, 2, f_dim))
     out, d_ft, d_terms = _run(_gat, a, ft, terms, precision, proj)
-    monkeypatch.setattr(gat_module, "GAT_PRECISIONS", ())
+    monkeypatch.setattr(gat_module, "GAT_BLOCK_WIDTH", {})
     stored = _run(_gat, a, ft, terms, precision, proj)
     assert torch.equal(out, stored[0]) and torch.equal(d_ft, stored[1])
     assert rel_err(d_terms, stored[2]) < 1e-5
@@ -192,7 +193,7 @@ def test_gpu_fused_kernels_match_the_stored_attention_path(precision, f_dim, rng
 
 @needs_gpu
 @pytest.mark.parametrize("k_dim", [5, 16, 64])
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
     """gat_softmax_backward_tensor_core against the SDDMM's dP fed to gat_softmax_backward_cuda,
     whose gradient of the scores is summed per row and per column in float64: split windows of
@@ -219,8 +220,8 @@ def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
     assert (d_el.double() - ref_el).abs().max() < 1e-5 * scale
     again = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
     assert torch.equal(d_er, again[0]) and torch.equal(d_el, again[1])
-    with pytest.raises(ValueError, match="fp16/bf16 only"):
-        gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, "tf32", el, records, 0.2)
+    with pytest.raises(ValueError, match="fp16, bf16 or tf32"):
+        gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, "fp32", el, records, 0.2)
     with pytest.raises(ValueError, match="el must be"):
         gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el[1:], records, 0.2)
 

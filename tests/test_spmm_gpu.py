@@ -84,8 +84,8 @@ def test_input_dtypes_and_out_fp32(precision, x_dtype, out_fp32):
 
 
 def test_gat_attention_checked():
-    """GAT's attention: fp16/bf16 at block width 8 only, instead of values, el and the row
-    records sized for the pattern."""
+    """GAT's attention: fp16/bf16 at block width 8 and tf32 at 4 only, instead of values, el and
+    the row records sized for the pattern."""
     fmt = mebcrs(HUB, 8, DEVICE)
     x = torch.randn(fmt.n_cols, 16, device=DEVICE)
     el, records = torch.zeros(fmt.n_cols, device=DEVICE), torch.ones(8 * fmt.n_windows, 4, device=DEVICE)
@@ -95,9 +95,9 @@ def test_gat_attention_checked():
         cuda_spmm.spmm_tensor_core(*args, values, x, fmt.n_rows, k, precision, torch.float32, gat=gat)
 
     gat = cuda_spmm.GatAttention(el, records, 0.2, transposed=False)
-    with pytest.raises(ValueError, match="fp16/bf16 at block width 8"):
+    with pytest.raises(ValueError, match="fp16/bf16 at block width 8 and tf32 at 4"):
         launch(None, gat, "tf32")
-    with pytest.raises(ValueError, match="fp16/bf16 at block width 8"):
+    with pytest.raises(ValueError, match="fp16/bf16 at block width 8 and tf32 at 4"):
         launch(None, gat, k=4)
     with pytest.raises(ValueError, match="not both"):
         launch(fmt.values, gat)

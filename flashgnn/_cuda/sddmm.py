@@ -9,7 +9,7 @@ from .pattern_nnz import pattern_nnz
 from .runtime import f32, launch, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
-from .spmm import GAT_PRECISIONS, STORAGE, WARPS_PER_BLOCK, reduce_split_windows
+from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, reduce_split_windows
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (4 MMAs); for 16-bit
@@ -19,7 +19,7 @@ _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
                                for whole in ("false", "true") for run in runs]
                   + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {which}>"
-                     for p in GAT_PRECISIONS for whole in ("false", "true") for run in _RUNS[p]
+                     for p in GAT_BLOCK_WIDTH for whole in ("false", "true") for run in _RUNS[p]
                      for which in ("fg::GAT_ROWS", "fg::GAT_COLUMNS")])
 # (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
 # K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
@@ -106,13 +106,13 @@ def gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision: s
     """The gradients of GAT's score terms er [8 * n_windows] and el [8 * n_windows of A^T], fp32,
     through its attention P (``row_info``: the softmax forward's row records,
     ``gat_softmax_cuda``) from dP = SDDMM(grad, ft) on A's pattern in ``precision``
-    (fp16/bf16), without dP or the scores' gradient d in memory: a pass of that SDDMM on A
+    (fp16, bf16 or tf32, on tensor cores), without dP or the scores' gradient d in memory: a pass of that SDDMM on A
     (pattern) sums P * dP, leaky_relu' * P * dP and leaky_relu' * P per row (er's gradient is
     the second minus the first times the third), one on A^T (transposed) sums d per column
     (el's gradient). grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The formula of
     ``gat_softmax_backward_cuda`` and its row and column sums, added in another order."""
-    if precision not in GAT_PRECISIONS:
-        raise ValueError(f"gat_softmax_backward_tensor_core: fp16/bf16 only, got {precision!r}")
+    if precision not in GAT_BLOCK_WIDTH:
+        raise ValueError(f"gat_softmax_backward_tensor_core: fp16, bf16 or tf32, got {precision!r}")
     rows = 8 * (pattern[0].numel() - 1)
     if el.shape != (ft.shape[0],) or row_info.shape != (rows, 4):
         raise ValueError(f"gat_softmax_backward_tensor_core: el must be [{ft.shape[0]}] and row_info [{rows}, 4], "

@@ -44,7 +44,9 @@ class GatAttention(NamedTuple):
     transposed: bool
 
 
-GAT_PRECISIONS = ("fp16", "bf16")  # the SpMM that computes GAT's attention as it stages it, block width 8
+# Precisions whose SpMM computes GAT's attention as it stages it, and their block width (the
+# layers' formats: kernels are instantiated for these only)
+GAT_BLOCK_WIDTH = {"fp16": 8, "bf16": 8, "tf32": 4}
 _GAT_VALUES = {None: "", False: ", fg::GAT_P", True: ", fg::GAT_P_T"}  # by GatAttention.transposed
 
 
@@ -58,7 +60,8 @@ SOURCE = register(
     "spmm.cu",
     [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)
      if f > 2 or p != "tf32"]
-    + [_kernel_name(p, 8, d, f, t) for p in GAT_PRECISIONS for d in TAG for f in (2, 4, 8) for t in (False, True)]
+    + [_kernel_name(p, k, d, f, t) for p, k in GAT_BLOCK_WIDTH.items() for d in TAG for f in (2, 4, 8)
+       for t in (False, True) if f > 2 or p != "tf32"]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -113,8 +116,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
                      ways: int | None = None, gat: GatAttention | None = None) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
-    With ``gat`` (fp16/bf16, block width 8) A's values are GAT's attention, computed as they
-    are staged, and ``values`` is None.
+    With ``gat`` (at the block width of GAT_BLOCK_WIDTH) A's values are GAT's attention,
+    computed as they are staged, and ``values`` is None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
     ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one
     ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
@@ -124,9 +127,9 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if gat is None:
         gat_args = (0, 0, f32(0.0))
     else:
-        if precision not in GAT_PRECISIONS or k != 8:
-            raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8, got {precision}, "
-                             f"k = {k}")
+        if GAT_BLOCK_WIDTH.get(precision) != k:
+            raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8 and tf32 at 4, got "
+                             f"{precision} at k = {k}")
         # P: el per column (X's rows), a record per row of A's windows; P^T: el per row, a record per column
         el_rows, records = (n_rows, x.shape[0]) if gat.transposed else (x.shape[0], 8 * (row_ptr.numel() - 1))
         info = gat.row_info

@@ -12,8 +12,8 @@ for (on the CPU those ops run), and keep a 16-byte record per row (max, sum, er)
 the backward computes P again; without dropout and edge values P is then not kept at all, and
 P^T (for dH) is computed in A^T's layout instead of moved there. The terms' gradients are sums
 of the scores' gradient over rows (er: summed by the softmax backward's kernels as they write)
-and, through A^T's CSR order, columns (el). For fp16/bf16 none of these slot-sized tensors is
-ever stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them,
+and, through A^T's CSR order, columns (el). For fp16/bf16/tf32 none of these slot-sized tensors
+is ever stored: the SpMMs compute P (forward) and P^T (dH) from the records as they stage them,
 and two passes of the gradient SDDMM dP = SDDMM(dOut, H), on A and on A^T, sum the terms'
 gradients from the records without storing dP or the scores' gradient. In A's value layout
 a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
@@ -32,7 +32,7 @@ from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, tra
 from .._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda, gat_softmax_transposed_cuda
 from .._cuda.sddmm import gat_softmax_backward_tensor_core
 from .._cuda.slot_row_sums import slot_row_sums_cuda
-from .._cuda.spmm import GAT_PRECISIONS, GatAttention, spmm_tensor_core
+from .._cuda.spmm import GAT_BLOCK_WIDTH, GatAttention, spmm_tensor_core
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm
@@ -76,9 +76,9 @@ def _attention_backward(pattern, er: Tensor, el: Tensor, slope: float, prob: Ten
 
 def _fused(precision: str, k: int) -> bool:
     """Whether, given the row records, the SpMMs compute GAT's attention as they stage it and
-    passes of the gradient SDDMM sum the terms' gradients (no slot-sized tensor): the 16-bit
-    tensor-core paths."""
-    return precision in GAT_PRECISIONS and k == 8
+    passes of the gradient SDDMM sum the terms' gradients (no slot-sized tensor): the
+    tensor-core precisions at the layers' block widths."""
+    return GAT_BLOCK_WIDTH.get(precision) == k
 
 
 def _row_sums(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, values: Tensor, n_rows: int, n_cols: int,
