@@ -37,9 +37,9 @@
 
 namespace fg {
 
-// LF: consecutive features per lane and vector (2, 4 or 8, a template parameter; 2 for fp16/bf16
-// only, for N <= 16, where 4 would leave half the lanes idle); a warp covers a chunk of 8 * LF
-// feature columns in LF / 2 MMA tiles of 16 features.
+// LF: consecutive features per lane and vector (2, 4 or 8, a template parameter; 2 for N <= 16,
+// where 4 would leave half the lanes idle); a warp covers a chunk of 8 * LF feature columns in
+// LF / 2 MMA tiles of 16 features.
 constexpr int WARPS = 4;           // per block
 
 struct SpmmArgs {  // the kernel's parameters (the launcher passes scalars and pointers only)
@@ -420,7 +420,7 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 }
 
 // Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
-// lane, 7 at 2 (its batches of 32 vectors spill at 64) and 8, 6 for tf32 at 8, which spills
+// lane, 7 at 2 (its batches of 32 vectors, 16 for tf32, spill at 64) and 8, 6 for tf32 at 8, which spills
 // below 80 registers. The loop waits on gathers, so
 // resident warps matter: at 70 registers (7 blocks) it was 9% slower on an H100 (powerlaw_products,
 // fp16, N = 32).

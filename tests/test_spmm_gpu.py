@@ -206,11 +206,11 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
     assert rel_err(results[0], ref) <= BOUND[precision]
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 16])
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:3])
 def test_two_features_per_lane_give_the_bits_of_four(name, precision, n):
-    """2 features per lane (fp16/bf16 at 8 < N <= 16, and on large graphs at N <= 8: a warp's
+    """2 features per lane (at 8 < N <= 16, and on large graphs at N <= 8: a warp's
     16 columns, one MMA tile) give the same sums in the same order as 4 per lane, split
     windows summed in the kernel or apart."""
     fmt = mebcrs(name, 8, DEVICE)

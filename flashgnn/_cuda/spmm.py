@@ -24,12 +24,14 @@ FUSE_MAX_PARTS = 64
 # 100k vectors, by 5-36%). From H100 sweeps (benchmarks/spmm_sweep.py --features 4,8) over the
 # 33 shared graphs and the generated ones, fp16 and tf32, N = 64, 128, 256.
 WIDE_LANES_MIN_WORK = 12_800_000
-# fp16/bf16 at 8 < N <= 16: 2 features per lane (a warp's 16 columns, one MMA tile, where 4 idle
-# half the lanes; batches of 32 vectors): faster on 28 of the 33 shared graphs, geomean over
-# cuSPARSE 1.97x -> 2.19x, powerlaw_products / _reddit 2.30x / 1.68x -> 2.49x / 2.22x. At
-# N <= 8 only on graphs of this many vectors (musae_github 0.92x the time of 4 per lane,
-# the generated graphs 0.92x / 0.96x; the smaller graphs 1.0x-1.24x). H100, one loan
-# (.data/scratch/lf2_ab.py).
+# At 8 < N <= 16: 2 features per lane (a warp's 16 columns, one MMA tile, where 4 idle half the
+# lanes; batches of 32 vectors, 16 for tf32): fp16 faster on 28 of the 33 shared graphs,
+# geomean over cuSPARSE 1.97x -> 2.19x, powerlaw_products / _reddit 2.30x / 1.68x -> 2.49x /
+# 2.22x; tf32 faster on every graph, 1.72x -> 2.10x, the generated ones 1.44x / 1.16x ->
+# 1.81x / 1.75x. At N <= 8 only on graphs of this many vectors (fp16: musae_github 0.92x the
+# time of 4 per lane, the generated graphs 0.92x / 0.96x; the smaller graphs 1.0x-1.24x; tf32:
+# the generated graphs 1.44x / 1.22x -> 1.88x / 1.42x, 10 of the smaller ones slower by
+# 1-13%). H100 (.data/scratch/lf2_ab.py, tf32_lf2_ab.py).
 NARROW_LANES_MIN_VECTORS = 500_000
 
 
@@ -58,10 +60,9 @@ def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: 
 
 SOURCE = register(
     "spmm.cu",
-    [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)
-     if f > 2 or p != "tf32"]
+    [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)]
     + [_kernel_name(p, k, d, f, t) for p, k in GAT_BLOCK_WIDTH.items() for d in TAG for f in (2, 4, 8)
-       for t in (False, True) if f > 2 or p != "tf32"]
+       for t in (False, True)]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -99,7 +100,7 @@ def work_split(n: int, n_vectors: int) -> tuple[int, int]:
 
 def lane_features(n: int, n_vectors: int, precision: str) -> int:
     """Consecutive features a lane gathers per vector (a warp covers 8 times as many)."""
-    if precision != "tf32" and (8 < n <= 16 or (n <= 8 and n_vectors >= NARROW_LANES_MIN_VECTORS)):
+    if 8 < n <= 16 or (n <= 8 and n_vectors >= NARROW_LANES_MIN_VECTORS):
         return 2
     return 8 if n > 64 and n_vectors * n >= WIDE_LANES_MIN_WORK else 4
 
@@ -119,7 +120,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     With ``gat`` (at the block width of GAT_BLOCK_WIDTH) A's values are GAT's attention,
     computed as they are staged, and ``values`` is None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
-    ``features`` (per lane, 4 or 8; 2 too for fp16/bf16) override the tuned work split; at one
+    ``features`` (per lane, 2, 4 or 8) override the tuned work split; at one
     ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
     n = x.shape[1]
     if (values is None) != (gat is not None):
@@ -148,9 +149,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     ways = ways or tuned_ways
     if ways not in (1, 2, 4):
         raise ValueError(f"spmm: ways must be 1, 2 or 4 (the warps of a block), got {ways}")
-    if features not in ((4, 8) if precision == "tf32" else (2, 4, 8)):
-        raise ValueError(f"spmm: features per lane must be 4 or 8 (2 too for fp16/bf16), got {features} "
-                         f"for {precision}")
+    if features not in (2, 4, 8):
+        raise ValueError(f"spmm: features per lane must be 2, 4 or 8, got {features}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = split_workspace(seg, n, out)
     aligned = n % 8 == 0 and _aligned(xs, out, workspace)
