@@ -103,14 +103,15 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
 
 def gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision: str, el: torch.Tensor,
                                      row_info: torch.Tensor, slope: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of GAT's score terms er [8 * n_windows] and el [8 * n_windows of A^T], fp32,
-    through its attention P (``row_info``: the softmax forward's row records,
-    ``gat_softmax_cuda``) from dP = SDDMM(grad, ft) on A's pattern in ``precision``
-    (fp16, bf16 or tf32, on tensor cores), without dP or the scores' gradient d in memory: a pass of that SDDMM on A
-    (pattern) sums P * dP, leaky_relu' * P * dP and leaky_relu' * P per row (er's gradient is
-    the second minus the first times the third), one on A^T (transposed) sums d per column
-    (el's gradient). grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The formula of
-    ``gat_softmax_backward_cuda`` and its row and column sums, added in another order."""
+    """The gradients of GAT's score terms er [8 * n_windows] and el [8 * n_windows of A^T],
+    fp32, through its attention P (``row_info``: the softmax forward's row records,
+    ``gat_softmax_cuda``) from dP = SDDMM(grad, ft) on A's pattern in ``precision`` (fp16, bf16
+    or tf32, on tensor cores), without dP or the scores' gradient d in memory: a pass of that
+    SDDMM on A (pattern) sums P * dP, leaky_relu' * P * dP and leaky_relu' * P per row (er's
+    gradient is the second minus the first times the third), one on A^T (transposed) sums d
+    per column (el's gradient). grad [n_rows, F], ft [n_cols, F], el float32 [n_cols]. The
+    formula of ``gat_softmax_backward_cuda`` and its row and column sums, added in another
+    order."""
     if precision not in GAT_BLOCK_WIDTH:
         raise ValueError(f"gat_softmax_backward_tensor_core: fp16, bf16 or tf32, got {precision!r}")
     rows = 8 * (pattern[0].numel() - 1)

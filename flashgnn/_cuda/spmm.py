@@ -134,8 +134,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
         # P: el per column (X's rows), a record per row of A's windows; P^T: el per row, a record per column
         el_rows, records = (n_rows, x.shape[0]) if gat.transposed else (x.shape[0], 8 * (row_ptr.numel() - 1))
         info = gat.row_info
-        if (gat.el.shape != (el_rows,) or info.dim() != 2 or info.shape[1] != 4
-                or info.shape[0] < records or (not gat.transposed and info.shape[0] != records)):
+        enough = info.shape[0] >= records if gat.transposed else info.shape[0] == records
+        if gat.el.shape != (el_rows,) or info.dim() != 2 or info.shape[1] != 4 or not enough:
             raise ValueError(f"spmm: GAT's el must be [{el_rows}] and its row records [{records}, 4], got "
                              f"{tuple(gat.el.shape)} and {tuple(info.shape)}")
         # contiguous (a GAT layer's el is often a strided view), held through the launch

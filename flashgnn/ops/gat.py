@@ -102,11 +102,12 @@ def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ft, er, el, edge_values, pattern, transposed, t_indptr, n_rows, k, slope, drop, precision):
-        # on the kernels, without dropout or edge values, P is computed from the rows' records
-        # where it is read (the 16-bit SpMMs as they stage it) and not kept for the backward
-        computes_p = _on_kernels(er, el) and drop == 0 and edge_values is None
-        if computes_p:  # every launch reads them as 1-D views: made contiguous once
+        on_kernels = _on_kernels(er, el)
+        if on_kernels:  # every launch reads them as 1-D views: made contiguous once
             er, el = er.contiguous(), el.contiguous()
+        # on the kernels, without dropout or edge values, P is computed from the rows' records
+        # where it is read (the tensor-core SpMMs as they stage it) and not kept for the backward
+        computes_p = on_kernels and drop == 0 and edge_values is None
         (ft_k,) = kernel_operands(precision, ft)
         # fp32 features get an fp32 result even when the kernel reads them in 16 bits
         out_fp32 = ft.dtype == torch.float32
