@@ -1,6 +1,7 @@
 """The kernel benchmark harness (``flashgnn bench kernels``), run on the CPU on a tiny real
 graph: rows, formulas, --check, and that a failing or wrong kernel is recorded, not hidden."""
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from flashgnn.benchmarking import kernels as kernel_bench
 from flashgnn.benchmarking.graphs import load_graph
+from flashgnn.benchmarking.timing import BackToBackTimer
 from flashgnn.cli import main
 
 GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
@@ -108,9 +110,39 @@ def test_wrong_results_are_flagged(tmp_path, data_dir, monkeypatch):
     assert bf16["error"].endswith("padding slots are not 0") and float(bf16["rel_err"]) < 1e-2
 
 
+def test_back_to_back_timer_times_runs_of_calls(tmp_path, data_dir):
+    """--timer back-to-back: the same rows and checks, timed per call over runs of calls; the
+    format builds keep the cold timer; the environment names the timer."""
+    code, rows, md = _run(tmp_path, data_dir, "--check", "--timer", "back-to-back", "--ops", "sddmm")
+    assert code == 0
+    for r in rows:
+        assert r["error"] == "" and (r["graph"] != GRAPH or float(r["ms"]) > 0)
+    base_ms = float(_find(rows, "sddmm", "sampled_addmm fp32")["ms"])
+    fp16 = _find(rows, "sddmm", "fp16")
+    assert float(fp16["speedup"]) == pytest.approx(base_ms / float(fp16["ms"]))
+    assert "timer: back-to-back" in md
+    env = json.loads((tmp_path / "rows.csv.json").read_text())
+    assert env["timer"].startswith("back-to-back")
+
+
+def test_back_to_back_timer_counts_its_calls():
+    calls = []
+    timer = BackToBackTimer("cpu", warmup=2, iters=4, sample_ms=1e-9, max_calls=5)
+    m = timer(lambda: calls.append(None) or len(calls))
+    # 2 warm-up calls, a probe of 3 samples of one call, then 4 samples of `calls` calls each
+    assert m.calls == 1 and len(m.samples) == 4 and len(calls) == 2 + 3 + 4 and m.result == 9
+    slow = BackToBackTimer("cpu", warmup=0, iters=2, sample_ms=1e3, max_calls=5)
+    m = slow(lambda: 0)
+    assert m.calls == 5 and len(m.samples) == 2
+    with pytest.raises(ValueError, match="max_calls"):
+        BackToBackTimer("cpu", max_calls=0)
+
+
 def test_bad_options_are_clear(data_dir, capsys):
     assert main(["bench", "kernels", "--device", "cpu", "--ops", "spmv"]) == 2
     assert main(["bench", "kernels", "--device", "cpu", "--sizes", "0"]) == 2
+    with pytest.raises(SystemExit):
+        main(["bench", "kernels", "--device", "cpu", "--timer", "warm"])
     assert main(["bench", "kernels", "--device", "cpu", "--graphs", "nope", "--data", str(data_dir)]) == 2
     err = capsys.readouterr().err
     assert "--ops" in err and "--sizes" in err and "unknown graph 'nope'" in err

@@ -1,7 +1,10 @@
 """``flashgnn bench kernels``: ME-BCRS SpMM and SDDMM against cuSPARSE (through torch.sparse)
 on the real graphs and on generated power-law graphs at OGB scale.
 
-ms: median of per-call CUDA-event times after warm-up, each call with a cold L2 (timing.py).
+ms: median of per-call CUDA-event times after warm-up, each call with a cold L2 (timing.py's
+Timer); with --timer back-to-back, the median over CUDA-graph replays of many calls in a row
+of the time per call, operands warm in L2 where they fit (timing.py's BackToBackTimer: the
+reference implementation's method), for our kernels and the baselines alike.
 GFLOPS: 2 * nnz * N / t, real nonzeros only (padding slots of 8x1 vectors do not count).
 Effective GB/s: bytes / t, counting every array once, and the gathered dense rows once per
 vector (ours) or per nonzero (CSR), the minimum a kernel without reuse across windows moves:
@@ -37,7 +40,7 @@ from ..ops import PRECISIONS, sddmm, spmm
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
 from .table import Row
-from .timing import KERNEL_HEAD_START, Timer
+from .timing import KERNEL_HEAD_START, BackToBackTimer, Timer
 
 OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
@@ -46,6 +49,9 @@ BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
 ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
 QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
+TIMERS = ("cold", "back-to-back")
+TIMER_TEXT = {"cold": "cold: median of single calls, each on a cold L2",
+              "back-to-back": "back-to-back: median over CUDA-graph replays of many calls in a row, per call"}
 
 
 def block_width(precision: str) -> int:
@@ -63,6 +69,9 @@ def add_arguments(p) -> None:
                    help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}")
     p.add_argument("--check", action="store_true",
                    help="check every timed result against float64 torch.sparse and show the relative error")
+    p.add_argument("--timer", choices=TIMERS, default="cold",
+                   help="cold: single calls, each on a cold L2 (default); back-to-back: many calls in a row "
+                        "replayed from a CUDA graph, time per call (format builds are always timed cold)")
     p.add_argument("--csv", type=Path, help="write every row to this CSV file")
     p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
     add_run_arguments(p)
@@ -110,9 +119,10 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 class KernelBench:
     """Runs the configurations of one graph after another and collects their rows."""
 
-    def __init__(self, device: torch.device, timer: Timer, plan: dict[str, tuple[list[int], list[str]]],
-                 check: bool, seed: int):
-        self.device, self.timer, self.plan, self.check, self.seed = device, timer, plan, check, seed
+    def __init__(self, device: torch.device, timer: Timer | BackToBackTimer, build_timer: Timer,
+                 plan: dict[str, tuple[list[int], list[str]]], check: bool, seed: int):
+        self.device, self.timer, self.build_timer = device, timer, build_timer
+        self.plan, self.check, self.seed = plan, check, seed
         self.rows: list[Row] = []
         self.graphs: list[dict] = []
 
@@ -151,7 +161,7 @@ class KernelBench:
         row = Row(g.name, g.nnz, "build", f"k{k}")
         return self._measure(row, lambda: MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes,
                                                           k=k, device=self.device),
-                             flops=0, nbytes=0, warmup=1, iters=3)
+                             flops=0, nbytes=0, warmup=1, iters=3, timer=self.build_timer)
 
     def _spmm(self, g, csr, csr64, formats, n: int, precisions, gen) -> None:
         x = torch.randn(g.num_nodes, n, generator=gen, device=self.device)
@@ -205,12 +215,14 @@ class KernelBench:
 
     # ------------------------------------------------------------------ one row
     def _measure(self, row: Row, fn, flops: int, nbytes: int, *, check=None, bound: float | None = None,
-                 baseline: Row | None = None, warmup: int | None = None, iters: int | None = None):
-        """Time ``fn`` into ``row``; a failure is written into the row, never raised, so one
-        failing kernel does not end the run. Returns fn's result, None on failure."""
+                 baseline: Row | None = None, warmup: int | None = None, iters: int | None = None,
+                 timer: Timer | None = None):
+        """Time ``fn`` into ``row`` (by ``timer``, default the bench's); a failure is written into
+        the row, never raised, so one failing kernel does not end the run. Returns fn's result,
+        None on failure."""
         result = None
         try:
-            m = self.timer(fn, warmup=warmup, iters=iters)
+            m = (timer or self.timer)(fn, warmup=warmup, iters=iters)
             result = m.result
             row.ms = m.ms
             if flops:
@@ -375,8 +387,9 @@ def run(args) -> int:
     names = resolve_names(args.graphs, root)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     iters = args.iters if args.iters is not None else (10 if args.quick else 30)
-    timer = Timer(device, warmup, iters, KERNEL_HEAD_START)
-    bench = KernelBench(device, timer, plan, args.check, args.seed)
+    cold = Timer(device, warmup, iters, KERNEL_HEAD_START)
+    timer = cold if args.timer == "cold" else BackToBackTimer(device, warmup, iters)
+    bench = KernelBench(device, timer, cold, plan, args.check, args.seed)
     scale = QUICK_SCALE if args.quick else 1
     real, generated = set(), []
     for name in names:
@@ -399,7 +412,8 @@ def run(args) -> int:
     rows = bench.rows + table.geomean_rows(bench.rows, real, "geomean real")
     summary_table = summary(bench.rows, real, generated)
     peak = timer.peak_bytes
-    env = environment(timer)
+    env = environment(cold)
+    env["timer"] = TIMER_TEXT[args.timer]
     if peak is not None:
         env["peak_memory"] = f"{peak / 2**30:.2f} GiB allocated"
     if args.csv:
