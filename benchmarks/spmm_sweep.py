@@ -1,12 +1,13 @@
-"""Tuning sweep of the SpMM's work split on the GPU, against fp32 cuSPARSE, with the benchmark
-timer of ``flashgnn bench kernels`` (median of CUDA-event times, cold L2). Tensor cores (fp16,
+"""Tuning sweep of the SpMM's work split on the GPU, against fp32 cuSPARSE, with a timer of
+``flashgnn bench kernels`` (``--timer cold``: median of single calls on a cold L2, the default;
+``back-to-back``: per call over CUDA-graph replays of many calls in a row). Tensor cores (fp16,
 bf16, tf32): segment length x runs per segment (``ways``) x in-kernel summing of split windows
 (``fuse_max_parts``, 0 = every split window summed by the separate spmm_reduce launch) x
 features per lane; at one segment length and run count every variant must return the same
 bits (fusing changes who sums, never the order of the sum); a mismatch is printed and makes the
 exit status 1. The fp32 CUDA-core kernel: segment length x lanes per vector (``--lanes``; the
 sum order differs between lane counts, so its bits are not compared). Also times an empty
-kernel: the floor of any one-launch op under this timer.
+kernel: the floor of any one-launch op under the timer.
 
     python benchmarks/spmm_sweep.py --graphs citeseer,twitch_DE --sizes 32,128 \\
         --precisions fp16,tf32 --seg 64,128 --ways 1,2 --fuse 0,16 --features 4,8 [--csv out.csv]
@@ -23,7 +24,7 @@ from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE, block_width
-from flashgnn.benchmarking.timing import KERNEL_HEAD_START, Timer
+from flashgnn.benchmarking.timing import KERNEL_HEAD_START, BackToBackTimer, Timer
 from flashgnn.format import MEBCRS
 
 
@@ -57,10 +58,14 @@ def main() -> int:
     p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
     p.add_argument("--lanes", default="0", help="fp32: lanes per vector (1 to 32); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--timer", choices=("cold", "back-to-back"), default="cold")
     p.add_argument("--csv", default=None)
     args = p.parse_args()
     device = torch.device("cuda")
-    timer = Timer(device, warmup=5, iters=args.iters, head_start=KERNEL_HEAD_START)
+    if args.timer == "cold":
+        timer = Timer(device, warmup=5, iters=args.iters, head_start=KERNEL_HEAD_START)
+    else:
+        timer = BackToBackTimer(device, warmup=5, iters=args.iters)
     root = data_dir()
     floor = timer(lambda: torch.cuda._sleep(0)).ms
     print(f"empty kernel under the timer: {floor * 1e3:.1f} us", flush=True)
