@@ -24,7 +24,7 @@ from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE, block_width
-from flashgnn.benchmarking.timing import KERNEL_HEAD_START, BackToBackTimer, Timer
+from flashgnn.benchmarking.timing import TIMERS, kernel_timer
 from flashgnn.format import MEBCRS
 
 
@@ -58,14 +58,11 @@ def main() -> int:
     p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
     p.add_argument("--lanes", default="0", help="fp32: lanes per vector (1 to 32); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--timer", choices=("cold", "back-to-back"), default="cold")
+    p.add_argument("--timer", choices=TIMERS, default="cold")
     p.add_argument("--csv", default=None)
     args = p.parse_args()
     device = torch.device("cuda")
-    if args.timer == "cold":
-        timer = Timer(device, warmup=5, iters=args.iters, head_start=KERNEL_HEAD_START)
-    else:
-        timer = BackToBackTimer(device, warmup=5, iters=args.iters)
+    timer = kernel_timer(args.timer, device, warmup=5, iters=args.iters)
     root = data_dir()
     floor = timer(lambda: torch.cuda._sleep(0)).ms
     print(f"empty kernel under the timer: {floor * 1e3:.1f} us", flush=True)

@@ -9,7 +9,7 @@ import torch
 
 from flashgnn.benchmarking import kernels as kernel_bench
 from flashgnn.benchmarking.graphs import load_graph
-from flashgnn.benchmarking.timing import BackToBackTimer
+from flashgnn.benchmarking.timing import BackToBackTimer, kernel_timer
 from flashgnn.cli import main
 
 GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
@@ -136,6 +136,9 @@ def test_back_to_back_timer_counts_its_calls():
     assert m.calls == 5 and len(m.samples) == 2
     with pytest.raises(ValueError, match="max_calls"):
         BackToBackTimer("cpu", max_calls=0)
+    assert isinstance(kernel_timer("back-to-back", "cpu", 0, 1), BackToBackTimer)
+    with pytest.raises(ValueError, match="timer must be one of cold, back-to-back"):
+        kernel_timer("warm", "cpu", 0, 1)
 
 
 def test_bad_options_are_clear(data_dir, capsys):

@@ -40,7 +40,7 @@ from ..ops import PRECISIONS, sddmm, spmm
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
 from .table import Row
-from .timing import KERNEL_HEAD_START, BackToBackTimer, Timer
+from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
 OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
@@ -49,7 +49,6 @@ BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
 ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
 QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
-TIMERS = ("cold", "back-to-back")
 TIMER_TEXT = {"cold": "cold: median of single calls, each on a cold L2",
               "back-to-back": "back-to-back: median over CUDA-graph replays of many calls in a row, per call"}
 
@@ -387,8 +386,8 @@ def run(args) -> int:
     names = resolve_names(args.graphs, root)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     iters = args.iters if args.iters is not None else (10 if args.quick else 30)
-    cold = Timer(device, warmup, iters, KERNEL_HEAD_START)
-    timer = cold if args.timer == "cold" else BackToBackTimer(device, warmup, iters)
+    cold = kernel_timer("cold", device, warmup, iters)
+    timer = cold if args.timer == "cold" else kernel_timer(args.timer, device, warmup, iters)
     bench = KernelBench(device, timer, cold, plan, args.check, args.seed)
     scale = QUICK_SCALE if args.quick else 1
     real, generated = set(), []

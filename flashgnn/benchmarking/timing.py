@@ -176,3 +176,16 @@ class BackToBackTimer:
             end.record()
         torch.cuda.synchronize()
         return [start.elapsed_time(end) / calls for start, end in events], result
+
+
+TIMERS = ("cold", "back-to-back")
+
+
+def kernel_timer(kind: str, device: torch.device, warmup: int, iters: int) -> Timer | BackToBackTimer:
+    """The kernel benchmarks' timer named ``kind`` (one of TIMERS): "cold", a Timer with the
+    kernel head start, or "back-to-back"."""
+    if kind == "cold":
+        return Timer(device, warmup, iters, KERNEL_HEAD_START)
+    if kind == "back-to-back":
+        return BackToBackTimer(device, warmup, iters)
+    raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {kind!r}")
