@@ -96,19 +96,25 @@ struct WarpWork {
             ways, n_rows, n, aligned                                                                  \
     }
 
+// warps_per_segment and ways are powers of two, so this takes shifts: at the head of every warp,
+// the five integer divisions it was written with cost 166 of the 870 instructions a warp issued
+// (H100, gemsec_fb_company, N = 32).
 template <int LF>
 __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     constexpr int CHUNK = 8 * LF;
     const int chunks = (a.n + CHUNK - 1) / CHUNK;
-    const int per_block = WARPS / a.warps_per_segment;
-    const int chunk_warps = a.warps_per_segment / a.ways;
-    const int groups = (chunks + chunk_warps - 1) / chunk_warps;
+    const int segment_shift = 31 - __clz(a.warps_per_segment);
+    const int chunk_shift = segment_shift - (31 - __clz(a.ways));  // log2 of a way's warps
+    const int groups = (chunks + (1 << chunk_shift) - 1) >> chunk_shift;
     const int warp = threadIdx.x >> 5;
+    const unsigned block = blockIdx.x;
+    unsigned segment_group = block;
+    if (groups > 1) segment_group = block / groups;
     WarpWork w;
-    w.slot = warp / a.warps_per_segment;
-    w.way = warp % a.warps_per_segment / chunk_warps;
-    const int seg = (int)(blockIdx.x / groups) * per_block + w.slot;
-    const int chunk = (int)(blockIdx.x % groups) * chunk_warps + warp % chunk_warps;
+    w.slot = warp >> segment_shift;
+    w.way = (warp & (a.warps_per_segment - 1)) >> chunk_shift;
+    const int seg = (int)segment_group * (WARPS >> segment_shift) + w.slot;
+    const int chunk = ((int)(block - segment_group * groups) << chunk_shift) + (warp & ((1 << chunk_shift) - 1));
     w.seg = seg < a.n_segments ? seg : -1;
     w.computes = w.seg >= 0 && chunk < chunks;
     w.chunk = chunk;
@@ -130,8 +136,8 @@ __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
 // row and vector pair or vector) hit 32 distinct banks.
 template <typename V>
 __device__ __forceinline__ int staged_word(int j, int r) {
-    constexpr int PER_WORD = 4 / sizeof(V);
-    return j / PER_WORD * WINDOW + (r ^ (j / (4 * PER_WORD) & (WINDOW - 1)));
+    constexpr unsigned PER_WORD = 4 / sizeof(V);
+    return (int)((unsigned)j / PER_WORD * WINDOW + (r ^ ((unsigned)j / (4 * PER_WORD) & (WINDOW - 1))));
 }
 
 // Where a launch's A values come from: stored (`values`), or GAT's attention computed from the
@@ -159,16 +165,17 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
     const int threads = 32 * a.warps_per_segment;
     const int padded = (w.count + WINDOW - 1) & ~(WINDOW - 1);
     const i64 window_row = WINDOW * (i64)w.window;
+    char* staged = reinterpret_cast<char*>(vals);
     for (int j = threadIdx.x - w.slot * threads; j < padded; j += threads) {
         u8 mask = 0;
-        i64 base = 0;  // slot of row 0 of vector j; row r is r * kb further
+        const float* values = a.values;  // row r of vector j at values[r * kb]
         int kb = K;
         float4 record = {};  // GAT_P_T: the record of vector j's column
         float el_j = 0.f;    // GAT_P: the term of vector j's column
         if (j < w.count) {
             const int b0 = j & ~(K - 1);
             kb = min(K, w.count - b0);
-            base = WINDOW * (w.first + b0) + (j - b0);
+            values += WINDOW * (w.first + b0) + (j - b0);
             mask = a.vec_mask[w.first + j];
             cols[j] = a.col_idx[w.first + j];
             if constexpr (GAT == GAT_P_T) record = __ldg(gat.records + cols[j]);
@@ -176,6 +183,8 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
         } else {
             cols[j] = 0;
         }
+        // byte offset of row r's value = that of row 0 XOR 4r (staged_word's swizzle)
+        const int byte0 = (staged_word<V>(j, 0) * PER_WORD + j % PER_WORD) * (int)sizeof(V);
 #pragma unroll
         for (int r = 0; r < WINDOW; ++r) {
             float v = 0.f;
@@ -185,10 +194,10 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
                 } else if constexpr (GAT == GAT_P) {
                     v = gat_attention(__ldg(gat.records + window_row + r), el_j, gat.slope);
                 } else {
-                    v = a.values[base + r * kb];
+                    v = values[r * kb];
                 }
             }
-            vals[staged_word<V>(j, r) * PER_WORD + j % PER_WORD] = Operand<P>::round(v);
+            *reinterpret_cast<V*>(staged + (byte0 ^ (4 * r))) = Operand<P>::round(v);
         }
     }
 }
@@ -376,7 +385,7 @@ template <int LF>
 __device__ __forceinline__ void sum_ways(const SpmmArgs& a, const WarpWork& w, float (&acc)[LF / 2][4],
                                          float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int chunk_warps = a.warps_per_segment / a.ways;
+    const int chunk_warps = a.warps_per_segment >> (31 - __clz(a.ways));
     if (w.computes && w.way > 0) {
 #pragma unroll
         for (int i = 0; i < LF / 2; ++i) {
@@ -407,14 +416,18 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
                                              const WarpWork& w, int n, bool aligned) {
     constexpr int VECTORS = Batch<P, LF>::VECTORS;
     Batch<P, LF> b0, b1, b2;  // batches j0, j0 + VECTORS, j0 + 2 * VECTORS, rotating
+    // batches past the run's end are neither loaded nor multiplied: most runs are one to three
+    // batches, and such a batch would cost its instructions though its gathers are predicated off
     b0.template load<WHOLE>(x, cols, words, begin, end, w, n, aligned);
-    b1.template load<WHOLE>(x, cols, words, begin + VECTORS, end, w, n, aligned);
+    if (begin + VECTORS < end) b1.template load<WHOLE>(x, cols, words, begin + VECTORS, end, w, n, aligned);
     for (int j0 = begin; j0 < end; j0 += 3 * VECTORS) {
-        b2.template load<WHOLE>(x, cols, words, j0 + 2 * VECTORS, end, w, n, aligned);
+        if (j0 + 2 * VECTORS < end) b2.template load<WHOLE>(x, cols, words, j0 + 2 * VECTORS, end, w, n, aligned);
         b0.mma(acc);
-        b0.template load<WHOLE>(x, cols, words, j0 + 3 * VECTORS, end, w, n, aligned);
+        if (j0 + VECTORS >= end) break;
+        if (j0 + 3 * VECTORS < end) b0.template load<WHOLE>(x, cols, words, j0 + 3 * VECTORS, end, w, n, aligned);
         b1.mma(acc);
-        b1.template load<WHOLE>(x, cols, words, j0 + 4 * VECTORS, end, w, n, aligned);
+        if (j0 + 2 * VECTORS >= end) break;
+        if (j0 + 4 * VECTORS < end) b1.template load<WHOLE>(x, cols, words, j0 + 4 * VECTORS, end, w, n, aligned);
         b2.mma(acc);
     }
 }
@@ -438,7 +451,7 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
     const WarpWork w = locate_work<LF>(a);
-    const int per_block = WARPS / a.warps_per_segment;
+    const int per_block = WARPS >> (31 - __clz(a.warps_per_segment));
     int* cols = smem + w.slot * a.seg_vectors;
     V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
     V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
