@@ -22,6 +22,19 @@ constexpr int GROUPS = 2;  // groups of 16 vectors per loop step
 __device__ __forceinline__ void store_group(const float (&d)[4], float* out, const u8* masks, i64 first,
                                             int count, int j0, int k) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (j0 + 16 <= count) {
+        // all 16 vectors in whole blocks (j0 is a multiple of 16): vector j0 + g + 8h, row
+        // 2t + e at a fixed offset from the lane's first slot, so the stores take no per-slot
+        // index arithmetic (it was half the instructions of a K = 32 loop step)
+        float* slot = out + WINDOW * (first + j0) + (8 * (g & -k) + 2 * t * k + (g & (k - 1)));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned rows = masks[j0 + g + 8 * h] >> (2 * t);
+            slot[64 * h] = rows & 1 ? d[2 * h] : 0.f;
+            slot[64 * h + k] = rows & 2 ? d[2 * h + 1] : 0.f;
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int j = j0 + g + (i >> 1) * 8;
