@@ -65,7 +65,7 @@ struct SpmmArgs {  // the kernel's parameters (the launcher passes scalars and p
     int aligned;             // x and out rows are 16-byte aligned
 };
 
-// The segment, feature chunk and run of vectors of one warp. Block b holds WARPS /
+// The segment, feature chunk and run of vectors of one warp. A block holds WARPS /
 // warps_per_segment consecutive segments and one group of warps_per_segment / ways consecutive
 // chunks; warp i of a segment's warps takes chunk i % (warps_per_segment / ways) of the group
 // and way i / (warps_per_segment / ways).
@@ -96,25 +96,24 @@ struct WarpWork {
             ways, n_rows, n, aligned                                                                  \
     }
 
-// warps_per_segment and ways are powers of two, so this takes shifts: at the head of every warp,
-// the five integer divisions it was written with cost 166 of the 870 instructions a warp issued
-// (H100, gemsec_fb_company, N = 32).
+// Block (x, y) holds segment group x and chunk group y. warps_per_segment and ways are powers
+// of two, so this takes no division: at the head of every warp, the five integer divisions it
+// was written with cost 166 of the 870 instructions a warp issued (H100, gemsec_fb_company,
+// N = 32).
 template <int LF>
 __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     constexpr int CHUNK = 8 * LF;
     const int chunks = (a.n + CHUNK - 1) / CHUNK;
     const int segment_shift = 31 - __clz(a.warps_per_segment);
     const int chunk_shift = segment_shift - (31 - __clz(a.ways));  // log2 of a way's warps
-    const int groups = (chunks + (1 << chunk_shift) - 1) >> chunk_shift;
-    const int warp = threadIdx.x >> 5;
-    const unsigned block = blockIdx.x;
-    unsigned segment_group = block;
-    if (groups > 1) segment_group = block / groups;
+    u32 tid;  // volatile: the call after the loop recomputes the work, not keep it live (or spilled)
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+    const int warp = (int)tid >> 5;
     WarpWork w;
     w.slot = warp >> segment_shift;
     w.way = (warp & (a.warps_per_segment - 1)) >> chunk_shift;
-    const int seg = (int)segment_group * (WARPS >> segment_shift) + w.slot;
-    const int chunk = ((int)(block - segment_group * groups) << chunk_shift) + (warp & ((1 << chunk_shift) - 1));
+    const int seg = (int)blockIdx.x * (WARPS >> segment_shift) + w.slot;
+    const int chunk = ((int)blockIdx.y << chunk_shift) + (warp & ((1 << chunk_shift) - 1));
     w.seg = seg < a.n_segments ? seg : -1;
     w.computes = w.seg >= 0 && chunk < chunks;
     w.chunk = chunk;

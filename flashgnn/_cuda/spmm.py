@@ -160,12 +160,12 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     per_segment = per_way * ways
     segments_per_block = WARPS_PER_BLOCK // per_segment
     chunk_groups = -(-chunks // per_way)
-    blocks = -(-seg.n_segments // segments_per_block) * chunk_groups
+    segment_groups = -(-seg.n_segments // segments_per_block)
     staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
     kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
-    launch(SOURCE, kernel, x.device, (blocks,), (32 * WARPS_PER_BLOCK,),
+    launch(SOURCE, kernel, x.device, (segment_groups, chunk_groups), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
