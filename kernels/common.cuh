@@ -49,14 +49,19 @@ __device__ __forceinline__ u32 warp_or(u32 v) {
 // results, counts itself in here; true, in every lane, for the warp that counts last, which may
 // then read the others' partials (through L2: __ldcg) and must reset the counter to 0 for the
 // next launch. counter: the window's; count: its warps.
+// One acquire-release count by lane 0 orders both sides (the lanes' writes reach it through
+// __syncwarp, its acquire reaches their reads through the second): the two sequentially
+// consistent fences it replaces stalled the warps that finish hub windows, the kernels' tails.
 __device__ __forceinline__ bool last_to_arrive(int* counter, int count) {
-    __threadfence();  // this lane's partials are visible before the count says they are there
-    __syncwarp();     // every lane's, before lane 0 counts
+    __syncwarp();  // every lane's partials are written before lane 0 counts (its release covers them)
     int last = 0;
-    if ((threadIdx.x & 31) == 0) last = atomicAdd(counter, 1) == count - 1;
-    if (!__shfl_sync(0xffffffffu, last, 0)) return false;
-    __threadfence();  // the other warps' partials, counted above, are read after the count
-    return true;
+    if ((threadIdx.x & 31) == 0) {
+        int before;
+        asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+        last = before == count - 1;
+    }
+    __syncwarp();  // the other warps' partials, counted above, are read after lane 0's acquire
+    return __shfl_sync(0xffffffffu, last, 0);
 }
 
 }  // namespace fg

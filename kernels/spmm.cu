@@ -96,12 +96,12 @@ struct WarpWork {
             ways, n_rows, n, aligned                                                                  \
     }
 
-// Block (x, y) holds segment group x and chunk group y. warps_per_segment and ways are powers
-// of two, so this takes no division: at the head of every warp, the five integer divisions it
-// was written with cost 166 of the 870 instructions a warp issued (H100, gemsec_fb_company,
-// N = 32).
+// The work of this warp but for its segment's facts (read_segment). Block (x, y) holds segment
+// group x and chunk group y. warps_per_segment and ways are powers of two, so this takes no
+// division: at the head of every warp, the five integer divisions it was written with cost 166 of
+// the 870 instructions a warp issued (H100, gemsec_fb_company, N = 32).
 template <int LF>
-__device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
+__device__ __forceinline__ WarpWork place_work(const SpmmArgs& a) {
     constexpr int CHUNK = 8 * LF;
     const int chunks = (a.n + CHUNK - 1) / CHUNK;
     const int segment_shift = 31 - __clz(a.warps_per_segment);
@@ -118,15 +118,17 @@ __device__ __forceinline__ WarpWork locate_work(const SpmmArgs& a) {
     w.computes = w.seg >= 0 && chunk < chunks;
     w.chunk = chunk;
     w.f0 = chunk * CHUNK + (threadIdx.x & 31) / 4 * LF;
-    if (w.seg >= 0) {
-        w.window = a.seg_window[seg];
-        w.first = a.seg_first[seg];
-        w.count = a.seg_count[seg];
-        w.part = a.seg_part[seg];
-        w.split = a.seg_split[seg];
-        w.parts = w.split >= 0 ? a.split_count[w.split] : 0;
-    }
     return w;
+}
+
+// The facts of segment w.seg (>= 0).
+__device__ __forceinline__ void read_segment(const SpmmArgs& a, WarpWork& w) {
+    w.window = a.seg_window[w.seg];
+    w.first = a.seg_first[w.seg];
+    w.count = a.seg_count[w.seg];
+    w.part = a.seg_part[w.seg];
+    w.split = a.seg_split[w.seg];
+    w.parts = w.split >= 0 ? a.split_count[w.split] : 0;
 }
 
 // Word of row r of vector j in a staged segment: 16-bit values of vectors 2i and 2i + 1 of one
@@ -452,7 +454,14 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
-    const WarpWork w = locate_work<LF>(a);
+    WarpWork w = place_work<LF>(a);
+    // what finish_segment needs of each of the block's segments, kept here through the loop: read
+    // again from global memory after it, they cost every warp a round trip at its end
+    __shared__ int4 kept[WARPS];
+    if (w.seg >= 0) {
+        read_segment(a, w);
+        if ((threadIdx.x & (32 * a.warps_per_segment - 1)) == 0) kept[w.slot] = make_int4(w.window, w.part, w.split, w.parts);
+    }
     const int per_block = WARPS >> (31 - __clz(a.warps_per_segment));
     int* cols = smem + w.slot * a.seg_vectors;
     V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
@@ -463,7 +472,8 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     if (w.computes) {
         // this warp's run of the segment: contiguous, starting on a multiple of 16 vectors, so
         // the sum over each run is the same whatever VECTORS is
-        const int run = ((w.count + a.ways - 1) / a.ways + 15) & ~15;
+        const int ways_shift = 31 - __clz(a.ways);
+        const int run = (((w.count + a.ways - 1) >> ways_shift) + 15) & ~15;
         const int begin = w.way * run, end = min(begin + run, w.count);
         const u32* words = reinterpret_cast<const u32*>(vals);
         if (a.aligned && a.n % (8 * LF) == 0) {  // the same in every warp
@@ -472,8 +482,12 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
             multiply_run<P, LF, false>(acc, x, cols, words, begin, end, w, a.n, a.aligned);
         }
     }
-    // read again rather than kept in registers through the loop (min_blocks' register bound)
-    const WarpWork done = locate_work<LF>(a);
+    // placed again rather than kept in registers through the loop (min_blocks' register bound)
+    WarpWork done = place_work<LF>(a);
+    if (done.seg >= 0) {
+        const int4 k = kept[done.slot];
+        done.window = k.x, done.part = k.y, done.split = k.z, done.parts = k.w;
+    }
     if (a.ways > 1) {
         sum_ways<LF>(a, done, acc, reinterpret_cast<float*>(staged_vals + per_block * WINDOW * a.seg_vectors));
     }
