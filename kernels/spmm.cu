@@ -455,13 +455,7 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
     WarpWork w = place_work<LF>(a);
-    // what finish_segment needs of each of the block's segments, kept here through the loop: read
-    // again from global memory after it, they cost every warp a round trip at its end
-    __shared__ int4 kept[WARPS];
-    if (w.seg >= 0) {
-        read_segment(a, w);
-        if ((threadIdx.x & (32 * a.warps_per_segment - 1)) == 0) kept[w.slot] = make_int4(w.window, w.part, w.split, w.parts);
-    }
+    if (w.seg >= 0) read_segment(a, w);
     const int per_block = WARPS >> (31 - __clz(a.warps_per_segment));
     int* cols = smem + w.slot * a.seg_vectors;
     V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
@@ -482,12 +476,10 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
             multiply_run<P, LF, false>(acc, x, cols, words, begin, end, w, a.n, a.aligned);
         }
     }
-    // placed again rather than kept in registers through the loop (min_blocks' register bound)
+    // read again rather than kept in registers through the loop (min_blocks' register bound;
+    // kept in shared memory instead: 1.4% slower at N = 32, H200, geomean of the real graphs)
     WarpWork done = place_work<LF>(a);
-    if (done.seg >= 0) {
-        const int4 k = kept[done.slot];
-        done.window = k.x, done.part = k.y, done.split = k.z, done.parts = k.w;
-    }
+    if (done.seg >= 0) read_segment(a, done);
     if (a.ways > 1) {
         sum_ways<LF>(a, done, acc, reinterpret_cast<float*>(staged_vals + per_block * WINDOW * a.seg_vectors));
     }
