@@ -22,9 +22,14 @@
 // handed to lane (g, t) by shuffles (Batch<TF32>). The accumulators then hold, for rows 2t and
 // 2t + 1 of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too. Launches
 // whose rows are aligned and whose N is a multiple of the chunk run a second instance of the
-// loop (multiply_run<WHOLE>) without per-gather checks: 74 instructions per batch instead of
-// 180 (fp16, LF = 4), where the loop is partly issue-bound (ncu, musae_github, N = 32: 0.57
-// issued per cycle and scheduler, 36% occupancy).
+// loop (multiply_run<WHOLE>) without per-gather checks (74 instructions per batch instead of
+// 180 when it was written, fp16, LF = 4), where the loop is partly issue-bound (ncu,
+// musae_github, N = 32: 0.57 issued per cycle and scheduler, 36% occupancy).
+//
+// On the small and mid-size graphs most of a warp's instructions are its fixed part, not its
+// batches (gemsec_fb_company, N = 32: 870 per warp, 166 of them five integer divisions placing
+// the warp, for about 30 vectors): the placement takes shifts and a 2-D grid, runs stop after
+// their last batch, and the staging's addresses are a pointer per vector and an XOR per row.
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
 // and the window's rows are the sum of its partials in segment order, so the result is
