@@ -35,15 +35,18 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
         }
         return;
     }
+    // the segment's last group: its last block may be narrower (kb < k), so a vector's rows
+    // are kb apart
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int j = j0 + g + (i >> 1) * 8;
-        const int r = 2 * t + (i & 1);
-        if (j < count) {
-            const int b0 = j & -k;  // k, the block width, is 4 or 8
-            const int kb = min(k, count - b0);
-            out[WINDOW * (first + b0) + r * kb + (j - b0)] = (masks[j] >> r) & 1 ? d[i] : 0.f;
-        }
+    for (int h = 0; h < 2; ++h) {
+        const int j = j0 + g + 8 * h;
+        if (j >= count) continue;
+        const int b0 = j & -k;  // k, the block width, is 4 or 8
+        const int kb = min(k, count - b0);
+        float* slot = out + WINDOW * (first + b0) + (2 * t * kb + (j - b0));
+        const unsigned rows = masks[j] >> (2 * t);
+        slot[0] = rows & 1 ? d[2 * h] : 0.f;
+        slot[kb] = rows & 2 ? d[2 * h + 1] : 0.f;
     }
 }
 
