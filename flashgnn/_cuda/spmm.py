@@ -79,7 +79,11 @@ def _aligned(*tensors: torch.Tensor) -> bool:
 # rows on fp16; the large-split threshold on fp16 and tf32 at N = 128 and 256, where at 256 it
 # moved from 180k to 90k vectors: geomean 1.72x -> 1.74x fp16, 1.29x -> 1.31x tf32,
 # gemsec_fb_government tf32 0.94x -> 1.14x). Rows: (fewer vectors than, seg_vectors, ways).
-NARROW_SPLIT = ((40_000, 256, 4), (100_000, 64, 2), (180_000, 128, 2), (450_000, 256, 2))  # N <= 32
+# N <= 32 re-swept in session 25 after the per-warp overhead cut (every segment length x runs
+# pair, fp16, N = 32, back to back): 256 vectors in 4 runs up to 100k vectors, where 64 in 2
+# took 40k-100k, 2.73x -> 2.80x on an H100 and 2.68x -> 2.72x on an H200, both computed from
+# the sweeps' per-graph times (BENCHMARKS.md).
+NARROW_SPLIT = ((100_000, 256, 4), (180_000, 128, 2), (450_000, 256, 2))  # N <= 32
 WIDE_SPLIT = ((12_000, 256, 2), (180_000, 128, 1))  # N > 32
 LARGE_SPLIT = (256, 1)
 # N > 32: graphs past WIDE_SPLIT's first row take the large split from this many vectors x N on
