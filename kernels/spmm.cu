@@ -181,7 +181,7 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
         if (j < w.count) {
             const int b0 = j & ~(K - 1);
             kb = min(K, w.count - b0);
-            values += WINDOW * (w.first + b0) + (j - b0);
+            if constexpr (GAT == GAT_NONE) values += WINDOW * (w.first + b0) + (j - b0);
             mask = a.vec_mask[w.first + j];
             cols[j] = a.col_idx[w.first + j];
             if constexpr (GAT == GAT_P_T) record = __ldg(gat.records + cols[j]);
