@@ -10,11 +10,10 @@ text with the headers of this checkout's kernels/, for the precision's instantia
         --graphs real --sizes 32,128 --precision fp16
 
 A version's SpMM must take the launch the checkout's launcher makes (spmm.py): its grid is 2-D
-(segment group, chunk group), so a file from before session 25 (a 1-D grid) takes the flag
-``--flat-grid`` after its path (``old.cu:flat``), and gets the same blocks in one dimension.
+(segment group, chunk group), so a file from before session 25 (a 1-D grid) is named with
+``:flat`` after its path (``old.cu:flat``) and gets the same blocks in one dimension.
 """
 import argparse
-import math
 import sys
 from pathlib import Path
 
