@@ -11,12 +11,13 @@ if str(REPO_ROOT) not in sys.path:
 
 import statistics  # noqa: E402
 import time  # noqa: E402
+from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
 
 from flashgnn.benchmarking.timing import Measurement, Timer  # noqa: E402
 
-__all__ = ["REPO_ROOT", "Measurement", "Timer", "wall_median_ms"]
+__all__ = ["REPO_ROOT", "Measurement", "Timer", "GraphOperands", "graph_operands", "wall_median_ms"]
 
 
 def wall_median_ms(fn, reps: int) -> float:
@@ -30,3 +31,24 @@ def wall_median_ms(fn, reps: int) -> float:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - tic) * 1e3)
     return statistics.median(times)
+
+
+class GraphOperands(NamedTuple):
+    """A benchmark graph's CSR on the GPU: indptr and indices as loaded, values in [0.5, 1.5),
+    the float32 CSR with int32 row offsets that the cuSPARSE baselines take, and the generator
+    (seeded 0) that drew the values and draws the dense operands after them."""
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    csr: torch.Tensor
+    gen: torch.Generator
+
+
+def graph_operands(g, device: torch.device) -> GraphOperands:
+    """``g`` (a flashgnn.benchmarking.graphs.BenchGraph) on ``device`` for the kernel scripts."""
+    gen = torch.Generator(device).manual_seed(0)
+    indptr = torch.from_numpy(g.indptr).to(device)
+    indices = torch.from_numpy(g.indices).to(device)
+    values = torch.rand(g.nnz, generator=gen, device=device) + 0.5
+    csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes))
+    return GraphOperands(indptr, indices, values, csr, gen)

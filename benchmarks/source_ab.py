@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+import common  # puts the checkout on sys.path
 import torch
 
 from flashgnn._cuda import sddmm as sddmm_launcher
@@ -96,11 +96,7 @@ def main() -> int:
     rows, mismatches = [], 0
     for name in resolve_names(args.graphs, data_dir()):
         g = load_graph(name, data_dir(), 1, DEFAULT_CACHE_DIR)
-        gen = torch.Generator(device).manual_seed(0)
-        indptr = torch.from_numpy(g.indptr).to(device)
-        indices = torch.from_numpy(g.indices).to(device)
-        values = torch.rand(g.nnz, generator=gen, device=device) + 0.5
-        csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes))
+        indptr, indices, values, csr, gen = common.graph_operands(g, device)
         a = MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes, k=k, device=device)
         for size in (int(s) for s in args.sizes.split(",")):
             x = torch.randn(g.num_nodes, size, generator=gen, device=device)

@@ -16,7 +16,7 @@ kernel: the floor of any one-launch op under the timer.
 import argparse
 import sys
 
-import common  # noqa: F401  (puts the checkout on sys.path)
+import common  # puts the checkout on sys.path
 import torch
 
 from flashgnn._cuda.spmm import spmm_tensor_core
@@ -69,11 +69,7 @@ def main() -> int:
     rows, mismatches, first = [], 0, {}
     for name in resolve_names(args.graphs, root):
         g = load_graph(name, root, 1, DEFAULT_CACHE_DIR)
-        gen = torch.Generator(device).manual_seed(0)
-        indptr = torch.from_numpy(g.indptr).to(device)
-        indices = torch.from_numpy(g.indices).to(device)
-        values = torch.rand(g.nnz, generator=gen, device=device) + 0.5
-        csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes))
+        indptr, indices, values, csr, gen = common.graph_operands(g, device)
         formats = {}
         for n in ints(args.sizes):
             x = torch.randn(g.num_nodes, n, generator=gen, device=device)

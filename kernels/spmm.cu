@@ -27,9 +27,8 @@
 // musae_github, N = 32: 0.57 issued per cycle and scheduler, 36% occupancy).
 //
 // On the small and mid-size graphs most of a warp's instructions are its fixed part, not its
-// batches (gemsec_fb_company, N = 32: 870 per warp, 166 of them five integer divisions placing
-// the warp, for about 30 vectors): the placement takes shifts and a 2-D grid, runs stop after
-// their last batch, and the staging's addresses are a pointer per vector and an XOR per row.
+// batches: the placement takes shifts and a 2-D grid (place_work), runs stop after their last
+// batch, and the staging's addresses are a pointer per vector and an XOR per row.
 //
 // A window split over several segments: each segment writes fp32 partial sums to a workspace,
 // and the window's rows are the sum of its partials in segment order, so the result is
