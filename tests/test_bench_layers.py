@@ -2,12 +2,14 @@
 on the CPU on tiny graphs: rows, speedups against PyG, output checks, the PyG twins' maths,
 and that a failing row or a missing PyG is reported, not hidden."""
 import csv
+import time
 
 import pytest
 import torch
 
 from flashgnn.benchmarking import layers as layer_bench
 from flashgnn.benchmarking import training as training_bench
+from flashgnn.benchmarking.timing import Timer
 from flashgnn.cli import main
 from flashgnn.data.synthetic import load_synthetic
 from flashgnn.training.loop import prepare_graph
@@ -151,3 +153,39 @@ def test_bad_options_are_clear(capsys):
     assert "--models: expected a comma list of GCN, AGNN, got 'GIN'" in capsys.readouterr().err
     assert main(["bench", "layers", "--device", "cpu", "--models", "GIN"]) == 2
     assert "--models: expected a comma list of GCNConv, AGNNConv, GATConv, got 'GIN'" in capsys.readouterr().err
+
+
+def test_rounds_time_the_rows_in_turns_and_take_the_median_of_all_calls():
+    calls = []
+    durations = {"a": iter([0.004, 0.001, 0.002]), "b": iter([0.003, 0.003, 0.009])}
+
+    def prepare(name):
+        def step():
+            calls.append(name)
+            time.sleep(next(durations[name]))
+            return torch.tensor([len(calls)])
+        return lambda: step
+
+    def failing():
+        raise RuntimeError("no format\nmore")
+
+    rows = [layer_bench.ModelRow("g", "GCNConv", impl, "fp32") for impl in ("a", "b", "c")]
+    timer = Timer(torch.device("cpu"), warmup=0, iters=1)
+    results = layer_bench.measure_rounds(list(zip(rows, [prepare("a"), prepare("b"), failing])), timer, 3)
+    assert calls == ["a", "b"] * 3
+    assert [r.item() for r in results[:2]] == [5, 6] and results[2] is None
+    assert rows[0].ms == pytest.approx(2.0, abs=0.9) and rows[1].ms == pytest.approx(3.0, abs=0.9)
+    assert rows[2].error == "RuntimeError: no format" and rows[2].ms is None
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        layer_bench.measure_rounds(rows[:1], timer, 0)
+
+
+def test_rounds_option_gives_the_same_rows(tmp_path, data_dir):
+    code, rows = _layers(tmp_path, data_dir, "--precisions", "fp32,fp16", "--models", "GCNConv", "--rounds", "2")
+    assert code == 0
+    assert {(r["impl"], r["precision"]) for r in rows} == (
+        {(impl, p) for impl in PYG_GCN for p in ("fp32", "fp16")} | {("flashgnn", p) for p in ("fp32", "fp16")})
+    for r in rows:
+        assert r["error"] == "" and float(r["ms"]) > 0
+        if r["impl"] == "flashgnn":
+            assert 0 <= float(r["rel_err"]) <= ERROR_BOUND[r["precision"]]

@@ -8,7 +8,9 @@ largest shared real graph, both with a self-loop added on every node.
 One call: forward, then the gradients of sum(output * P) (P a fixed random [N, F]
 projection) with respect to the input features and every parameter
 (``torch.autograd.grad``, nothing accumulates between calls).
-ms: median of per-call CUDA-event times after warm-up (``timing.Timer``, cold L2).
+ms: median of per-call CUDA-event times after warm-up (``timing.Timer``, cold L2); with
+--rounds R, a layer's rows are timed in turns, R rounds of --iters calls each, and ms is the
+median over all R rounds (``measure_rounds``).
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
 precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32); PyG runs under the
 same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import statistics
 import sys
 import time
 import warnings
@@ -219,34 +222,63 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
     ``prepare`` took), with ``cuda_graph`` the time of its CUDA-graph replay, and the peak
     device memory beyond what was allocated before ``prepare``; return the step's last
     (eager) result, or None with ``row.error`` set on failure."""
+    return measure_rounds([(row, prepare)], timer, 1, cuda_graph)[0]
+
+
+def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], object]]]], timer: Timer,
+                   rounds: int, cuda_graph: bool = False) -> list:
+    """``measure`` for each (row, prepare) of ``entries``, the steps timed in turn: every step
+    is prepared first, then each is timed once per round (warm-up and ``timer.iters`` calls),
+    ``rounds`` times, and ``ms`` is the median of all its calls. On a host-bound graph the
+    host's speed drifts within a run (eager GCN steps on musae_github moved by 1.4x-2.2x between
+    runs of one loan): in turns, a drift reaches every row alike. Returns the last results."""
+    if rounds < 1:
+        raise ValueError(f"need rounds >= 1, got {rounds}")
     device = timer.device
     _free(device)
-    base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-    try:
-        with warnings.catch_warnings():
-            # PyG builds sparse tensors without invariant checks and says so on every call
-            warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
-            tic = time.perf_counter()
-            step = prepare()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            row.prep_ms = (time.perf_counter() - tic) * 1e3
-            m = timer(step)
-        row.ms = m.ms
-        if device.type == "cuda":
-            row.peak_mb = (torch.cuda.max_memory_allocated(device) - base) / 2**20
-        if cuda_graph:
+    steps, resident, samples, results = [], [], [[] for _ in entries], [None] * len(entries)
+    allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
+    with warnings.catch_warnings():
+        # PyG builds sparse tensors without invariant checks and says so on every call
+        warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
+        for row, prepare in entries:
+            base = allocated()
             try:
-                row.graph_ms = timer(graphed(step), warmup=1).ms
-            except Exception as e:  # noqa: BLE001 - a step that cannot be captured says why
-                row.error = f"CUDA graph: {_describe(e)}"
-        return m.result
-    except Exception as e:  # noqa: BLE001 - recorded in the row; out of memory included
-        row.error = _describe(e)
-        return None
-    finally:
-        step = None
-        _free(device)
+                tic = time.perf_counter()
+                steps.append(prepare())
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                row.prep_ms = (time.perf_counter() - tic) * 1e3
+                resident.append(allocated() - base)  # the step's adjacency or format, its module
+            except Exception as e:  # noqa: BLE001 - recorded in the row; out of memory included
+                row.error = _describe(e)
+                steps.append(None)
+                resident.append(0)
+        for _ in range(rounds):
+            for i, (row, _) in enumerate(entries):
+                if steps[i] is None:
+                    continue
+                try:
+                    m = timer(steps[i])
+                except Exception as e:  # noqa: BLE001
+                    row.error, steps[i], results[i] = _describe(e), None, None
+                    continue
+                samples[i] += m.samples
+                results[i] = m.result
+                if m.extra_bytes is not None:  # CUDA: the step's own memory + its calls' peak beyond it
+                    row.peak_mb = max(row.peak_mb or 0.0, (resident[i] + m.extra_bytes) / 2**20)
+        for i, (row, _) in enumerate(entries):
+            if steps[i] is None:
+                continue
+            row.ms = statistics.median(samples[i])
+            if cuda_graph:
+                try:
+                    row.graph_ms = timer(graphed(steps[i]), warmup=1).ms
+                except Exception as e:  # noqa: BLE001 - a step that cannot be captured says why
+                    row.error = f"CUDA graph: {_describe(e)}"
+    steps = None
+    _free(device)
+    return results
 
 
 def timings(row: ModelRow) -> str:
@@ -356,11 +388,15 @@ def add_arguments(p) -> None:
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
                    help=f"comma list of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time a layer's rows in turns, this many rounds of --iters calls each, the median over "
+                        "all (for host-bound graphs; every row's step is then alive at once)")
 
 
 def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
-                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS) -> list[ModelRow]:
-    """Every row of one graph (with self-loops, on the timer's device) and of each of ``models``."""
+                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS, rounds: int = 1) -> list[ModelRow]:
+    """Every row of one graph (with self-loops, on the timer's device) and of each of ``models``;
+    with ``rounds`` > 1 a model's rows are timed in turns (``measure_rounds``)."""
     device = timer.device
     torch.manual_seed(seed)
     layers = {"GCNConv": (lambda: fnn.GCNConv(GCN_FEATURES, GCN_FEATURES), GCN_FEATURES,
@@ -376,23 +412,25 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         gen = torch.Generator(device).manual_seed(seed)
         x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
         proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
-        ref = None
+        entries = []
         for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
-            row = ModelRow(name, model, impl, precision)
-
             def prepare(layer=layer, precision=precision, path=path):
                 module, g = module_and_graph(layer, graph, precision, path and path.split()[0],
                                              cached=path is not None and "cached" in path)
                 return fwd_bwd(module, g, x, proj, precision)
 
-            out = measure(row, timer, prepare, cuda_graph)
-            if out is not None:
-                if ref is None and precision == "fp32":
-                    ref = out.to(torch.float64)
-                if ref is not None:
-                    row.rel_err = _rel_err(out, ref)
-            rows.append(row)
-            print(f"  {model:8s} {impl:18s} {precision:5s} {timings(row)}", flush=True)
+            entries.append((ModelRow(name, model, impl, precision), prepare))
+        ref = None
+        # in turns only when asked: every step and its format are then alive at once
+        for group in [entries] if rounds > 1 else [[e] for e in entries]:
+            for (row, _), out in zip(group, measure_rounds(group, timer, rounds, cuda_graph)):
+                if out is not None:
+                    if ref is None and row.precision == "fp32":
+                        ref = out.to(torch.float64)
+                    if ref is not None:
+                        row.rel_err = _rel_err(out, ref)
+                rows.append(row)
+                print(f"  {model:8s} {row.impl:18s} {row.precision:5s} {timings(row)}", flush=True)
             del out
         del x, proj, ref
     return rows
@@ -452,7 +490,7 @@ def run(args) -> int:
             continue
         print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
         rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed,
-                            args.cuda_graph and device.type == "cuda", models)
+                            args.cuda_graph and device.type == "cuda", models, args.rounds)
         del graph
         _free(device)
     set_speedups(rows)
