@@ -43,23 +43,30 @@ __global__ void normalize_rows(const typename In::T* __restrict__ x, i64 n_rows,
     if (lane == 0) norm[row] = nrm;
 }
 
-// d_unit, d_x: [n_rows, f] fp32; d_x is updated in place.
+// d_unit, d_x: [n_rows, f] fp32; d_x is updated in place. d_head (or null): [n_head, f] fp32, a
+// second gradient of the first n_head rows of u, added to d_unit's as it is read (AGNN's
+// destinations are the first rows of its sources).
 template <class In>
 __global__ void normalize_rows_backward(const typename In::T* __restrict__ x, const float* __restrict__ norm,
-                                        const float* __restrict__ d_unit, i64 n_rows, int f,
-                                        float* __restrict__ d_x) {
+                                        const float* __restrict__ d_unit, const float* __restrict__ d_head,
+                                        i64 n_head, i64 n_rows, int f, float* __restrict__ d_x) {
     const i64 row = global_thread() >> 5;
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
     const i64 base = row * f;
+    const float* head = d_head != nullptr && row < n_head ? d_head + base : nullptr;
     const float nrm = norm[row];
     const float denom = fmaxf(nrm, EPS);
     float dot = 0.f;
-    for (int j = lane; j < f; j += 32) dot = fmaf(d_unit[base + j], __fdiv_rn(to_float(x[base + j], In()), denom), dot);
+    for (int j = lane; j < f; j += 32) {
+        const float du = head ? d_unit[base + j] + head[j] : d_unit[base + j];
+        dot = fmaf(du, __fdiv_rn(to_float(x[base + j], In()), denom), dot);
+    }
     const float radial = nrm >= EPS ? warp_total(dot) : 0.f;
     for (int j = lane; j < f; j += 32) {
+        const float du = head ? d_unit[base + j] + head[j] : d_unit[base + j];
         const float u = __fdiv_rn(to_float(x[base + j], In()), denom);
-        d_x[base + j] += __fdiv_rn(d_unit[base + j] - u * radial, denom);
+        d_x[base + j] += __fdiv_rn(du - u * radial, denom);
     }
 }
 

@@ -37,15 +37,21 @@ def normalize_rows_cuda(x: torch.Tensor, storage: torch.dtype, convert_x: bool):
 
 
 def normalize_rows_backward_cuda(x: torch.Tensor, norm: torch.Tensor, d_unit: torch.Tensor,
-                                 d_x: torch.Tensor) -> torch.Tensor:
-    """d_x += the gradient of x through its normalisation, given d_unit [N, F] fp32; d_x a
-    contiguous fp32 [N, F] tensor, updated in place and returned."""
+                                 d_x: torch.Tensor, d_head: torch.Tensor | None = None) -> torch.Tensor:
+    """d_x += the gradient of x through its normalisation, given d_unit [N, F] fp32 (plus
+    ``d_head`` [N_head <= N, F] fp32 on its first rows, when given); d_x a contiguous fp32
+    [N, F] tensor, updated in place and returned."""
     x, grid = _rows(x)
     n, f = x.shape
-    for name, t in (("d_unit", d_unit), ("d_x", d_x)):
-        if t.shape != x.shape or t.dtype != torch.float32 or not t.is_contiguous() or t.device != x.device:
-            raise ValueError(f"{name} must be a contiguous float32 tensor of shape {tuple(x.shape)} on {x.device}")
+    checked = [("d_unit", d_unit, x.shape), ("d_x", d_x, x.shape)]
+    if d_head is not None:  # its own rows, at most x's
+        checked.append(("d_head", d_head, (d_head.shape[0] if d_head.shape[0] <= n else f"<= {n}", f)))
+    for name, t, shape in checked:
+        if t.shape != shape or t.dtype != torch.float32 or not t.is_contiguous() or t.device != x.device:
+            raise ValueError(f"{name} must be a contiguous float32 tensor of shape ({shape[0]}, {shape[1]}) "
+                             f"on {x.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
     if n:
         launch(SOURCE, f"fg::rownorm::normalize_rows_backward<{TAG[x.dtype]}>", x.device, grid, (32 * _WARPS,),
-               ptr(x), ptr(norm), ptr(d_unit), n, f, ptr(d_x))
+               ptr(x), ptr(norm), ptr(d_unit), 0 if d_head is None else ptr(d_head),
+               0 if d_head is None else d_head.shape[0], n, f, ptr(d_x))
     return d_x

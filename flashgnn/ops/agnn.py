@@ -74,14 +74,12 @@ class _Propagate(torch.autograd.Function):
         d_unit = _spmm(*transposed, d_cos_t, unit_dst_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
         del d_cos_t
         grad_dst = None
-        if feat_dst is None:
-            d_unit[:n_rows] += d_unit_dst
-        elif ctx.needs_input_grad[1]:
+        if feat_dst is not None and ctx.needs_input_grad[1]:
             grad_dst = _normalize_backward(feat_dst, norm_dst, d_unit_dst, torch.zeros_like(d_unit_dst))
             grad_dst = grad_dst.to(feat_dst.dtype)
+        # U = X / max(|X|, eps); without feat_dst, U_dst is U's first rows
+        d_feat = _normalize_backward(feat, norm, d_unit, d_feat, d_unit_dst if feat_dst is None else None)
         del d_unit_dst
-        # U = X / max(|X|, eps)
-        d_feat = _normalize_backward(feat, norm, d_unit, d_feat)
         return d_feat.to(feat.dtype), grad_dst, grad_beta, None, None, None, None, None
 
 
@@ -97,10 +95,14 @@ def _normalize(feat: Tensor, precision: str, with_feat: bool = True) -> tuple[Te
     return unit_k, feat_k, norm
 
 
-def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tensor) -> Tensor:
-    """d_feat + the gradient of feat through ``_normalize`` (d_unit: that of U)."""
+def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tensor,
+                        d_head: Tensor | None = None) -> Tensor:
+    """d_feat + the gradient of feat through ``_normalize`` (d_unit: that of U, plus ``d_head``
+    on its first rows when given)."""
     if norm.is_cuda and feat.dtype != torch.float64:
-        return normalize_rows_backward_cuda(feat, norm, d_unit, d_feat)
+        return normalize_rows_backward_cuda(feat, norm, d_unit, d_feat, d_head)
+    if d_head is not None:
+        d_unit[:d_head.shape[0]] += d_head
     return d_feat.add_(normalize_rows_backward_reference(feat, norm, d_unit, NORMALIZE_EPS))
 
 
