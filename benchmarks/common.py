@@ -15,9 +15,10 @@ from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
 
+from flashgnn._cuda.sources import KernelSource  # noqa: E402
 from flashgnn.benchmarking.timing import Measurement, Timer  # noqa: E402
 
-__all__ = ["REPO_ROOT", "Measurement", "Timer", "GraphOperands", "graph_operands", "wall_median_ms"]
+__all__ = ["REPO_ROOT", "Measurement", "Timer", "FileSource", "GraphOperands", "graph_operands", "wall_median_ms"]
 
 
 def wall_median_ms(fn, reps: int) -> float:
@@ -31,6 +32,19 @@ def wall_median_ms(fn, reps: int) -> float:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - tic) * 1e3)
     return statistics.median(times)
+
+
+class FileSource(KernelSource):
+    """A kernel source read from ``path`` (one version of a file of kernels/, or a benchmark's
+    own), compiled under the checkout's headers as ``file``; KernelSource compares by identity,
+    so each has its own compiled kernels."""
+
+    def __init__(self, file: str, name_expressions, path: Path):
+        super().__init__(file, tuple(name_expressions))
+        object.__setattr__(self, "path", path)
+
+    def text(self) -> str:
+        return self.path.read_text()
 
 
 class GraphOperands(NamedTuple):

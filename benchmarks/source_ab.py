@@ -18,28 +18,16 @@ import sys
 from pathlib import Path
 
 import common  # puts the checkout on sys.path
+from common import FileSource
 import torch
 
 from flashgnn._cuda import sddmm as sddmm_launcher
 from flashgnn._cuda import spmm as spmm_launcher
-from flashgnn._cuda.sources import KernelSource
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE, block_width
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
 from flashgnn.format import MEBCRS
-
-
-class FileSource(KernelSource):
-    """One version of a kernel source: the text of ``path``, compiled under the checkout's
-    headers (KernelSource compares by identity, so each version has its own kernels)."""
-
-    def __init__(self, file: str, name_expressions, path: Path):
-        super().__init__(file, tuple(name_expressions))
-        object.__setattr__(self, "path", path)
-
-    def text(self) -> str:
-        return self.path.read_text()
 
 
 def instantiations(op: str, precision: str) -> list[str]:
