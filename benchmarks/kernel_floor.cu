@@ -21,6 +21,27 @@ __device__ __forceinline__ void scaled_add(float (&acc)[8], const uint4& q, floa
     }
 }
 
+// Where a lane is: its warp, the warp's first vector, and with LANES lanes per dense row, the
+// row of a warp-wide load it takes (sub) and its 16-byte part of that row.
+template <int LANES, int VECS>
+struct Place {
+    i64 warp = global_thread() >> 5;
+    i64 v0 = warp * VECS;
+    int lane = threadIdx.x & 31, sub = lane / LANES, part = lane % LANES;
+};
+
+// The columns and masks of this lane's vectors v0 + 32p + lane (0 past the last).
+template <int PER_LANE>
+__device__ __forceinline__ void read_vectors(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
+                                             i64 v0, i64 n_vectors, int (&col)[PER_LANE], u32 (&mask)[PER_LANE]) {
+#pragma unroll
+    for (int p = 0; p < PER_LANE; ++p) {
+        const i64 v = v0 + 32 * p + (threadIdx.x & 31);
+        col[p] = v < n_vectors ? col_idx[v] : 0;
+        mask[p] = v < n_vectors ? vec_mask[v] : 0;
+    }
+}
+
 // SpMM floor, N features (a multiple of 8, at most 256): LANES = N / 8 lanes load a row of x
 // (16 bytes each), 32 / LANES rows per warp load; the warp's sum of value * x[col] over its
 // vectors goes to out row (warp % n_rows).
@@ -30,21 +51,21 @@ __global__ void __launch_bounds__(128) spmm_floor(const int* __restrict__ col_id
                                                    const uint4* __restrict__ x, int n_rows,
                                                    uint4* __restrict__ out) {
     constexpr int LANES = N / 8, ROWS = 32 / LANES, PER_LANE = VECS / 32;
-    const i64 warp = global_thread() >> 5;
-    const int lane = threadIdx.x & 31;
-    const i64 v0 = warp * VECS;
-    if (v0 >= n_vectors) return;
+    const Place<LANES, VECS> at;
+    if (at.v0 >= n_vectors) return;
+    const i64 warp = at.warp, v0 = at.v0;
+    const int lane = at.lane, sub = at.sub, part = at.part;
     int col[PER_LANE];
+    u32 mask[PER_LANE];
+    read_vectors(col_idx, vec_mask, v0, n_vectors, col, mask);
     float val[PER_LANE];
 #pragma unroll
-    for (int p = 0; p < PER_LANE; ++p) {
-        const i64 v = v0 + 32 * p + lane;
-        const bool in = v < n_vectors;
-        col[p] = in ? col_idx[v] : 0;
-        val[p] = in && vec_mask[v] ? values[8 * v] : 0.f;
+    for (int p = 0; p < PER_LANE; ++p) {  // beside the columns: A's layout is written in every slot
+        const i64 v = min(v0 + 32 * p + lane, n_vectors - 1);
+        val[p] = values[8 * v];
+        val[p] = mask[p] ? val[p] : 0.f;
     }
     float acc[8] = {};
-    const int sub = lane / LANES, part = lane % LANES;
 #pragma unroll
     for (int p = 0; p < PER_LANE; ++p) {
         uint4 q[32 / ROWS];
@@ -77,21 +98,14 @@ __global__ void __launch_bounds__(128) sddmm_floor(const int* __restrict__ col_i
                                                     const uint4* __restrict__ y, int n_rows,
                                                     float* __restrict__ out) {
     constexpr int LANES = K / 8, ROWS = 32 / LANES, PER_LANE = VECS / 32;
-    const i64 warp = global_thread() >> 5;
-    const int lane = threadIdx.x & 31;
-    const i64 v0 = warp * VECS;
-    if (v0 >= n_vectors) return;
-    const int sub = lane / LANES, part = lane % LANES;
+    const Place<LANES, VECS> at;
+    if (at.v0 >= n_vectors) return;
+    const int sub = at.sub, part = at.part;
     int col[PER_LANE];
-    u8 mask[PER_LANE];
-#pragma unroll
-    for (int p = 0; p < PER_LANE; ++p) {
-        const i64 v = v0 + 32 * p + lane;
-        col[p] = v < n_vectors ? col_idx[v] : 0;
-        mask[p] = v < n_vectors ? vec_mask[v] : 0;
-    }
+    u32 mask[PER_LANE];
+    read_vectors(col_idx, vec_mask, at.v0, n_vectors, col, mask);
     float xr[8] = {};
-    scaled_add(xr, x[(warp % n_rows) * LANES + part], 1.f);
+    scaled_add(xr, x[(at.warp % n_rows) * LANES + part], 1.f);
 #pragma unroll
     for (int p = 0; p < PER_LANE; ++p) {
         uint4 q[32 / ROWS];
@@ -108,7 +122,7 @@ __global__ void __launch_bounds__(128) sddmm_floor(const int* __restrict__ col_i
             for (int m = 1; m < LANES; m <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
             const int owner = j * ROWS + sub;  // the vector's lane in the column load
             const bool real = __shfl_sync(0xffffffffu, mask[p], owner) != 0;
-            const i64 v = v0 + 32 * p + owner;
+            const i64 v = at.v0 + 32 * p + owner;
             if (part == 0 && v < n_vectors) out[v] = real ? dot : 0.f;
         }
     }
