@@ -53,18 +53,15 @@ __global__ void __launch_bounds__(128) spmm_floor(const int* __restrict__ col_id
     constexpr int LANES = N / 8, ROWS = 32 / LANES, PER_LANE = VECS / 32;
     const Place<LANES, VECS> at;
     if (at.v0 >= n_vectors) return;
-    const i64 warp = at.warp, v0 = at.v0;
     const int lane = at.lane, sub = at.sub, part = at.part;
     int col[PER_LANE];
     u32 mask[PER_LANE];
-    read_vectors(col_idx, vec_mask, v0, n_vectors, col, mask);
-    float val[PER_LANE];
+    read_vectors(col_idx, vec_mask, at.v0, n_vectors, col, mask);
+    float val[PER_LANE];  // read beside the columns, not after the masks: A's layout has every slot written
 #pragma unroll
-    for (int p = 0; p < PER_LANE; ++p) {  // beside the columns: A's layout is written in every slot
-        const i64 v = min(v0 + 32 * p + lane, n_vectors - 1);
-        val[p] = values[8 * v];
-        val[p] = mask[p] ? val[p] : 0.f;
-    }
+    for (int p = 0; p < PER_LANE; ++p) val[p] = values[8 * min(at.v0 + 32 * p + lane, n_vectors - 1)];
+#pragma unroll
+    for (int p = 0; p < PER_LANE; ++p) val[p] = mask[p] ? val[p] : 0.f;
     float acc[8] = {};
 #pragma unroll
     for (int p = 0; p < PER_LANE; ++p) {
@@ -86,7 +83,7 @@ __global__ void __launch_bounds__(128) spmm_floor(const int* __restrict__ col_id
         u32 w[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[i] = pack2(float_to_half(acc[2 * i]), float_to_half(acc[2 * i + 1]));
-        out[(warp % n_rows) * LANES + lane] = make_uint4(w[0], w[1], w[2], w[3]);
+        out[(at.warp % n_rows) * LANES + lane] = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 

@@ -31,7 +31,8 @@ SOURCE = FileSource("kernel_floor.cu", [f"fg::floor::{op}_floor<{n}, {v}>" for o
 
 
 def _grid(a: MEBCRS, vecs: int) -> tuple[int]:
-    return (-(-(-(-a.col_idx.numel() // vecs)) // 4),)  # 4 warps per block
+    warps = -(-a.col_idx.numel() // vecs)
+    return (-(-warps // 4),)  # 4 warps per block
 
 
 def spmm_floor(a: MEBCRS, x: torch.Tensor, vecs: int) -> torch.Tensor:

@@ -43,13 +43,13 @@ def normalize_rows_backward_cuda(x: torch.Tensor, norm: torch.Tensor, d_unit: to
     [N, F] tensor, updated in place and returned."""
     x, grid = _rows(x)
     n, f = x.shape
-    checked = [("d_unit", d_unit, x.shape), ("d_x", d_x, x.shape)]
-    if d_head is not None:  # its own rows, at most x's
-        checked.append(("d_head", d_head, (d_head.shape[0] if d_head.shape[0] <= n else f"<= {n}", f)))
-    for name, t, shape in checked:
-        if t.shape != shape or t.dtype != torch.float32 or not t.is_contiguous() or t.device != x.device:
-            raise ValueError(f"{name} must be a contiguous float32 tensor of shape ({shape[0]}, {shape[1]}) "
-                             f"on {x.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    for name, t, rows in (("d_unit", d_unit, f"{n}"), ("d_x", d_x, f"{n}"), ("d_head", d_head, f"<= {n}")):
+        if t is None:
+            continue
+        rows_ok = t.dim() == 2 and (t.shape[0] <= n if name == "d_head" else t.shape[0] == n)
+        if not rows_ok or t.shape[1] != f or t.dtype != torch.float32 or not t.is_contiguous() or t.device != x.device:
+            raise ValueError(f"{name} must be a contiguous float32 tensor of shape ({rows}, {f}) on {x.device}, "
+                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
     if n:
         launch(SOURCE, f"fg::rownorm::normalize_rows_backward<{TAG[x.dtype]}>", x.device, grid, (32 * _WARPS,),
                ptr(x), ptr(norm), ptr(d_unit), 0 if d_head is None else ptr(d_head),
