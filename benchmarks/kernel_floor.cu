@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(128) spmm_floor(const int* __restrict__ col_id
                                                    const float* __restrict__ values, i64 n_vectors,
                                                    const uint4* __restrict__ x, int n_rows,
                                                    uint4* __restrict__ out) {
+    wait_for_previous_kernel();
     constexpr int LANES = N / 8, ROWS = 32 / LANES, PER_LANE = VECS / 32;
     const Place<LANES, VECS> at;
     if (at.v0 >= n_vectors) return;
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(128) sddmm_floor(const int* __restrict__ col_i
                                                     i64 n_vectors, const uint4* __restrict__ x,
                                                     const uint4* __restrict__ y, int n_rows,
                                                     float* __restrict__ out) {
+    wait_for_previous_kernel();
     constexpr int LANES = K / 8, ROWS = 32 / LANES, PER_LANE = VECS / 32;
     const Place<LANES, VECS> at;
     if (at.v0 >= n_vectors) return;

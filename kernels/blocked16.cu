@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(128) spmm16(const i64* __restrict__ row_ptr, c
                                               const float* __restrict__ values, i64 n_windows, int n_rows, int n,
                                               int aligned, const u16* __restrict__ x,
                                               typename OutTag::T* __restrict__ out) {
+    wait_for_previous_kernel();
     constexpr int FEATURES = 8 * E;
     const int n_chunks = (n + FEATURES - 1) / FEATURES;
     const i64 warp = global_thread() >> 5;
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(128) sddmm16(const i64* __restrict__ row_ptr, 
                                                const u16* __restrict__ vec_mask, i64 n_windows, int n_rows, int kdim,
                                                int aligned, const u16* __restrict__ x, const u16* __restrict__ y,
                                                float* __restrict__ out) {
+    wait_for_previous_kernel();
     const i64 w = global_thread() >> 5;
     if (w >= n_windows) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

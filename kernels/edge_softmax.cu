@@ -369,6 +369,7 @@ __global__ void edge_softmax_segments(const i64* __restrict__ row_ptr, const u8*
                                       i64 n_segments, int seg_vectors, int k_log2,
                                       float* __restrict__ part_stats, float4* __restrict__ row_info,
                                       float* __restrict__ row_sums) {
+    wait_for_previous_kernel();
     const i64 seg = global_warp();
     if (seg >= n_segments) return;
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);
@@ -402,6 +403,7 @@ __global__ void edge_softmax_finish(const i64* __restrict__ row_ptr, const u8* _
                                     const float* __restrict__ part_stats, float4* __restrict__ row_info,
                                     float* __restrict__ row_sums, float* __restrict__ part_sums,
                                     int* __restrict__ counters) {
+    wait_for_previous_kernel();
     const i64 part = global_warp();
     if (part >= n_parts) return;
     // the split window holding this part: the last w with split_part[w] <= part
@@ -443,6 +445,7 @@ __global__ void gat_softmax_transposed(const i64* __restrict__ row_ptr, const u8
                                        const int* __restrict__ seg_window, const int* __restrict__ seg_begin,
                                        const int* __restrict__ seg_part, i64 n_segments, int seg_vectors,
                                        int k_log2) {
+    wait_for_previous_kernel();
     const i64 seg = global_warp();
     if (seg >= n_segments) return;
     const WindowSegment s = window_segment(row_ptr, seg_window, seg_begin, seg_part, seg, seg_vectors);

@@ -10,6 +10,7 @@
 namespace fg {
 
 __global__ void count_sources(const i64* __restrict__ indices, i64 nnz, int* __restrict__ out_degree) {
+    wait_for_previous_kernel();
     for (i64 e = global_thread(); e < nnz; e += grid_stride()) atomicAdd(out_degree + indices[e], 1);
 }
 
@@ -22,6 +23,7 @@ __global__ void gcn_values(const i64* __restrict__ indptr, const i64* __restrict
                            const int* __restrict__ out_degree, const i64* __restrict__ slot,
                            const float* __restrict__ weight, i64 n_rows, i64 nnz, int power_in, int power_out,
                            float* __restrict__ out) {
+    wait_for_previous_kernel();
     for (i64 e = global_thread(); e < nnz; e += grid_stride()) {
         i64 lo = 0, hi = n_rows - 1;  // the last row r with indptr[r] <= e
         while (lo < hi) {

@@ -69,6 +69,7 @@ __device__ __forceinline__ void for_tile_nonzeros(const i64* __restrict__ indptr
 
 __global__ void mark_first(const i64* __restrict__ indptr, const i64* __restrict__ indices,
                            u8* __restrict__ first, i64 n_rows, i64 nnz) {
+    wait_for_previous_kernel();
     for_tile_nonzeros(indptr, n_rows, nnz, [&](i64 e, i64 row) {
         const i64 c = __ldg(indices + e);
         u8 is_first = 1;
@@ -87,6 +88,7 @@ __global__ void mark_first(const i64* __restrict__ indptr, const i64* __restrict
 // row_ptr[w] = offs[indptr[min(8 w, n_rows)]] for w in [0, n_windows]: the vectors before window w.
 __global__ void window_starts(const i64* __restrict__ indptr, const i64* __restrict__ offs, i64 n_rows,
                               i64 n_windows, i64* __restrict__ row_ptr) {
+    wait_for_previous_kernel();
     for (i64 w = global_thread(); w <= n_windows; w += grid_stride())
         row_ptr[w] = offs[indptr[min(w * WINDOW, n_rows)]];
 }
@@ -96,6 +98,7 @@ __global__ void place_nonzeros(const i64* __restrict__ indptr, const i64* __rest
                                const i64* __restrict__ offs, int* __restrict__ col_idx,
                                u8* __restrict__ vec_mask, i64* __restrict__ perm, i64 n_rows, i64 nnz,
                                int k_log2) {
+    wait_for_previous_kernel();
     for_tile_nonzeros(indptr, n_rows, nnz, [&](i64 e, i64 row) {
         const i64 c = __ldg(indices + e);
         const i64 row0 = row & ~(i64)(WINDOW - 1);

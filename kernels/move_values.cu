@@ -9,6 +9,7 @@ namespace fg {
 template <class Bits>
 __global__ void move_values(const Bits* __restrict__ values, const i64* __restrict__ src_slot,
                             const i64* __restrict__ dst_slot, i64 nnz, Bits* __restrict__ out) {
+    wait_for_previous_kernel();
     for (i64 e = global_thread(); e < nnz; e += grid_stride()) out[dst_slot[e]] = values[src_slot ? src_slot[e] : e];
 }
 

@@ -24,6 +24,7 @@ template <class In, class Out>
 __global__ void normalize_rows(const typename In::T* __restrict__ x, i64 n_rows, int f,
                                typename Out::T* __restrict__ unit, typename Out::T* __restrict__ x_out,
                                float* __restrict__ norm) {
+    wait_for_previous_kernel();
     const i64 row = global_thread() >> 5;
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;
@@ -50,6 +51,7 @@ template <class In>
 __global__ void normalize_rows_backward(const typename In::T* __restrict__ x, const float* __restrict__ norm,
                                         const float* __restrict__ d_unit, const float* __restrict__ d_head,
                                         i64 n_head, i64 n_rows, int f, float* __restrict__ d_x) {
+    wait_for_previous_kernel();
     const i64 row = global_thread() >> 5;
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;

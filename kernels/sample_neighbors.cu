@@ -22,6 +22,7 @@ __device__ __forceinline__ u64 splitmix64(u64 x) {
 __global__ void sample_in_edges(const i64* __restrict__ indptr, const i64* __restrict__ dst,
                                 const i64* __restrict__ kept_end, i64 n_dst, const i64* __restrict__ seed,
                                 i64* __restrict__ row, i64* __restrict__ pos) {
+    wait_for_previous_kernel();
     const u64 base_seed = (u64)*seed;
     for (i64 i = global_thread(); i < n_dst; i += grid_stride()) {
         const i64 start = indptr[dst[i]], degree = indptr[dst[i] + 1] - start;

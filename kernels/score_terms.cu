@@ -15,6 +15,7 @@ namespace fg {
 template <typename T, int A>
 __global__ void score_terms(const typename T::T* __restrict__ ft, const float* __restrict__ attn, i64 n_rows,
                             int rows_per_head, int f_dim, float* __restrict__ terms) {
+    wait_for_previous_kernel();
     for (i64 r = global_thread(); r < n_rows; r += grid_stride()) {
         const float* w = attn + r / rows_per_head * A * f_dim;
         const typename T::T* x = ft + r * f_dim;
@@ -38,6 +39,7 @@ template <typename T, int A>
 __global__ void score_terms_backward(const typename T::T* __restrict__ ft, const float* __restrict__ attn,
                                      const float* __restrict__ d_terms, int rows_per_head, int f_dim,
                                      typename T::T* __restrict__ d_ft, float* __restrict__ partial) {
+    wait_for_previous_kernel();
     extern __shared__ float thread_sums[];  // [A][blockDim.x]
     const int head = blockIdx.y, t = threadIdx.x, f = t % f_dim;
     const int rows_per_pass = blockDim.x / f_dim, used = rows_per_pass * f_dim;

@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
     int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
     const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y) {
+    wait_for_previous_kernel();
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;
     StoreValues epi{out, k};
@@ -277,6 +278,7 @@ __global__ void __launch_bounds__(128) gat_softmax_backward_sddmm(
     const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y,
     const float* __restrict__ el, const float4* __restrict__ records, float slope, float* __restrict__ rows,
     float* __restrict__ parts) {
+    wait_for_previous_kernel();
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;
     GatSoftmaxBackward<PASS> epi{el, records, slope, {}, {}, {}};

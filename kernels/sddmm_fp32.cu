@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(32 * WARPS) sddmm_fp32(const int* __restrict__
                                                          const int* __restrict__ seg_count, i64 n_segments, int n_rows,
                                                          int kdim, int k, const float* __restrict__ x,
                                                          const float* __restrict__ y, float* __restrict__ out) {
+    wait_for_previous_kernel();
     __shared__ __align__(16) float staged[WARPS][WINDOW * XS];
     const i64 seg = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (seg >= n_segments) return;
@@ -131,6 +132,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) sddmm_fp32_rows(
         const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
         const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int n_rows,
         int kdim, int k, const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out) {
+    wait_for_previous_kernel();
     static_assert(VW % 4 == 0, "x is staged and read in 16-byte groups");
     constexpr int GROUPS = 32 / L, STEPS = L, U = L < 32 / VW ? L : 32 / VW;  // 32 floats of y in flight
     constexpr int XW = L * VW;  // features of a staged row of x

@@ -27,6 +27,7 @@ namespace fg {
 constexpr int TOTAL_SIZES = 4;  // seg_vectors 32 << i; flashgnn/_cuda/segments.py: TOTALS_SIZES
 
 __global__ void segment_totals(const i64* __restrict__ row_ptr, i64 n_windows, u64* __restrict__ totals) {
+    wait_for_previous_kernel();
     u64 sum[TOTAL_SIZES][3] = {};
     u64 most[TOTAL_SIZES] = {};
     for (i64 w = global_thread(); w < n_windows; w += grid_stride()) {
@@ -58,6 +59,7 @@ __global__ void segment_totals(const i64* __restrict__ row_ptr, i64 n_windows, u
 
 __global__ void segment_sizes(const i64* __restrict__ row_ptr, i64 n_windows, int seg_vectors,
                               i64* __restrict__ sizes) {
+    wait_for_previous_kernel();
     for (i64 w = global_thread(); w < n_windows; w += grid_stride()) {
         const i64 vectors = row_ptr[w + 1] - row_ptr[w];
         const i64 count = vectors > seg_vectors ? (vectors + seg_vectors - 1) / seg_vectors : 1;
@@ -74,6 +76,7 @@ __global__ void segment_fill(const i64* __restrict__ row_ptr, const i64* __restr
                              i64 n_segments, i64 n_split, int seg_vectors, const int* __restrict__ col_idx,
                              i64 n_vectors, int* __restrict__ table, i64* __restrict__ first,
                              int* __restrict__ split_table) {
+    wait_for_previous_kernel();
     const i64* seg_end = scan;
     const i64* split_end = scan + n_windows;
     const i64* part_end = scan + 2 * n_windows;

@@ -11,6 +11,7 @@ namespace fg {
 
 __global__ void slot_row_sums(const i64* __restrict__ indptr, const i64* __restrict__ slot,
                               const float* __restrict__ values, i64 n_rows, float* __restrict__ out) {
+    wait_for_previous_kernel();
     const i64 row = global_thread() >> 5;
     if (row >= n_rows) return;
     const int lane = threadIdx.x & 31;

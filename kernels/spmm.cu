@@ -455,6 +455,7 @@ template <int P, int K, typename OutTag, int LF, int GAT = GAT_NONE>
 __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x, typename OutTag::T* __restrict__ out,
             const float* __restrict__ gat_el, const float4* __restrict__ gat_records, float gat_slope) {
+    wait_for_previous_kernel();
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
@@ -496,6 +497,7 @@ template <typename OutTag>
 __global__ void spmm_reduce(const float* __restrict__ workspace, const int* __restrict__ split_window,
                             const int* __restrict__ split_part, const int* __restrict__ split_count,
                             i64 n_split, int n_rows, int n, typename OutTag::T* __restrict__ out) {
+    wait_for_previous_kernel();
     const i64 total = n_split * WINDOW * n;
     for (i64 idx = global_thread(); idx < total; idx += grid_stride()) {
         const i64 s = idx / ((i64)WINDOW * n);

@@ -139,6 +139,7 @@ __global__ void spmm_fp32(const i64* __restrict__ row_ptr, const int* __restrict
                           const int* __restrict__ seg_part, i64 n_segments, int seg_vectors, int k_log2,
                           i64 n_rows, int n, int n_tiles, const float* __restrict__ x, float* __restrict__ y,
                           float* __restrict__ workspace) {
+    wait_for_previous_kernel();
     constexpr int GROUPS = 32 / L;  // vectors gathered per step
     constexpr int STEPS = L;        // steps per batch of 32 vectors
     static_assert(32 % L == 0 && STEPS % U == 0, "L must divide 32 and U must divide L");

@@ -255,3 +255,21 @@ def test_float_arguments_are_packed_as_their_float32_bits():
     for x in (0.2, -1.5, 0.0, float("inf")):
         slot = struct.pack("<q", runtime.f32(x))
         assert slot[:4] == struct.pack("<f", x)
+
+
+def test_every_kernel_waits_for_the_previous_one():
+    """Programmatic dependent launch is safe only if a kernel touches no memory before the one
+    ahead of it has finished: every registered kernel begins with wait_for_previous_kernel()."""
+    load_all_sources()
+    late = [src.file for src in SOURCES.values() if not src.waits_for_previous_kernel]
+    assert not late, f"kernels of {late} do not all begin with wait_for_previous_kernel()"
+
+
+def test_dependent_launch_needs_every_kernel_of_a_file_to_wait():
+    waits = "__global__ void a(int* x) {\n    wait_for_previous_kernel();\n    *x = 1;\n}\n"
+    namespaced = "template <int N>\n__global__ void __launch_bounds__(128) b(int* x) { fg::wait_for_previous_kernel(); }\n"
+    touches_first = "__global__ void c(int* x) {\n    *x = 1;\n    wait_for_previous_kernel();\n}\n"
+    assert sources.kernels_wait_first(waits) and sources.kernels_wait_first(waits + namespaced)
+    assert not sources.kernels_wait_first(waits + touches_first)
+    assert not sources.kernels_wait_first(TINY_SOURCE)
+    assert not sources.kernels_wait_first("__device__ int f() { return 1; }\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import struct
 import threading
 
@@ -13,6 +14,11 @@ from .compiler import _import_cuda_core, compile_source
 from .sources import KernelSource
 
 MIN_CAPABILITY = (8, 0)
+# Programmatic dependent launch: from compute capability 9.0, kernels whose source says they wait
+# for the previous kernel (KernelSource.waits_for_previous_kernel) are launched with it; the
+# environment variable FLASHGNN_DEPENDENT_LAUNCH=0 turns it off (profiling, A/B timings).
+DEPENDENT_LAUNCH_CAPABILITY = (9, 0)
+DEPENDENT_LAUNCH = os.environ.get("FLASHGNN_DEPENDENT_LAUNCH", "1") != "0"
 MAX_GRID_BLOCKS = 1 << 16  # grid-stride kernels: enough blocks to fill any GPU; threads loop over the rest
 
 
@@ -100,11 +106,13 @@ def current_stream(device: torch.device) -> int:
 
 class _Parameters(threading.local):
     """Per thread: a buffer of 8-byte argument slots and the array of their addresses that
-    cuLaunchKernel takes, per argument count. The driver copies the arguments during the
-    call, so one buffer serves every launch of the thread."""
+    cuLaunchKernel takes, per argument count, and the launch configuration of dependent
+    launches. The driver copies both during the call, so one of each serves every launch of
+    the thread."""
 
     def __init__(self):
         self.by_count = {}
+        self.config = None
 
     def packed(self, args: tuple) -> int:
         hit = self.by_count.get(len(args))
@@ -115,6 +123,25 @@ class _Parameters(threading.local):
             hit = self.by_count[n] = (struct.Struct(f"<{n}q"), data, slots, ctypes.addressof(slots))
         hit[0].pack_into(hit[1], 0, *args)
         return hit[3]
+
+    def dependent_config(self, grid: tuple, block: tuple, shmem: int, stream: int):
+        """cuLaunchKernelEx's configuration: this grid, block, shared memory and stream, with
+        programmatic stream serialisation allowed."""
+        config = self.config
+        if config is None:
+            from cuda.bindings import driver
+
+            attribute = driver.CUlaunchAttribute()
+            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            config = self.config = driver.CUlaunchConfig()
+            config.attrs = [attribute]
+            config.numAttrs = 1
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = shmem
+        config.hStream = stream
+        return config
 
 
 _parameters = _Parameters()
@@ -135,33 +162,39 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     index = device.index
     if index is None:
         index = torch.cuda.current_device()
-    function = _kernel_on(src, name, index)
+    function, dependent = _kernel_on(src, name, index)
     _device(index)  # current in this thread (autograd's backward threads included)
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    bx, by, bz = (*block, 1, 1)[:3]
-    cu_launch_kernel, success = _launch_api()
+    grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
     if stream is None:
         stream = torch._C._cuda_getCurrentRawStream(index)
-    (err,) = cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shmem, stream, _parameters.packed(args), 0)
+    params = _parameters.packed(args)
+    cu_launch_kernel, cu_launch_kernel_ex, success = _launch_api()
+    if dependent:
+        (err,) = cu_launch_kernel_ex(_parameters.dependent_config(grid, block, shmem, stream), function, params, 0)
+    else:
+        (err,) = cu_launch_kernel(function, *grid, *block, shmem, stream, params, 0)
     if err != success:
         raise RuntimeError(f"flashgnn: launching {name} failed: {err!r}")
 
 
 @functools.cache
 def _launch_api():
-    """(cuLaunchKernel, CUDA_SUCCESS) from cuda.bindings, imported at the first launch."""
+    """(cuLaunchKernel, cuLaunchKernelEx, CUDA_SUCCESS) from cuda.bindings, imported at the
+    first launch."""
     from cuda.bindings import driver
-    return driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
+    return driver.cuLaunchKernel, driver.cuLaunchKernelEx, driver.CUresult.CUDA_SUCCESS
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel_on(src: KernelSource, name: str, index: int):
-    """``kernel`` after the device checks of ``require_device``; cached, as the launch path
-    runs it on every call."""
+    """(``kernel`` as a CUfunction, whether it is launched as a programmatic dependent) after
+    the device checks of ``require_device``; cached, as the launch path runs it on every call."""
     require_device(torch.device("cuda", index))
     from cuda.bindings import driver
 
     k = kernel(src, name, index)
     # a CUkernel (cuda.core >= 0.3 loads libraries) or a CUfunction: cuLaunchKernel takes both
     handle = k.handle if hasattr(k, "handle") else k._handle
-    return driver.CUfunction(int(handle))
+    dependent = (DEPENDENT_LAUNCH and src.waits_for_previous_kernel
+                 and torch.cuda.get_device_capability(index) >= DEPENDENT_LAUNCH_CAPABILITY)
+    return driver.CUfunction(int(handle)), dependent

@@ -1,7 +1,9 @@
 """Where the CUDA C++ sources live, and what they must be compiled into."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,6 +33,12 @@ class KernelSource:
     def text(self) -> str:
         return (kernel_dir() / self.file).read_text()
 
+    @functools.cached_property
+    def waits_for_previous_kernel(self) -> bool:
+        """Whether every kernel of the file begins with ``wait_for_previous_kernel()``
+        (common.cuh), so that the runtime may launch them with programmatic dependent launch."""
+        return kernels_wait_first(self.text())
+
     def digest(self) -> str:
         """Hash of the source and of every header beside it."""
         h = hashlib.sha256(self.text().encode())
@@ -38,6 +46,15 @@ class KernelSource:
             h.update(header.name.encode())
             h.update(header.read_bytes())
         return h.hexdigest()
+
+
+_KERNEL_HEAD = re.compile(r"__global__[^{]*\{\s*(fg::)?wait_for_previous_kernel\(\);")
+
+
+def kernels_wait_first(text: str) -> bool:
+    """Whether ``text`` has kernels and every one's body begins with ``wait_for_previous_kernel();``."""
+    kernels = text.count("__global__")
+    return kernels > 0 and len(_KERNEL_HEAD.findall(text)) == kernels
 
 
 SOURCES: dict[str, KernelSource] = {}

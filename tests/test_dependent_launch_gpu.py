@@ -1,0 +1,79 @@
+"""Programmatic dependent launch (compute capability 9.0+): every kernel waits for the one
+ahead of it before touching memory, so a chain of launches that each read what the previous one
+wrote gives the bits it gives with the host waiting for every launch, eagerly and replayed from
+a CUDA graph."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from flashgnn._cuda import runtime
+from flashgnn._cuda import spmm as cuda_spmm
+from flashgnn._cuda.sources import SOURCES
+from flashgnn.format import MEBCRS
+from flashgnn.ops import spmm
+from tests.helpers import GPU, random_csr
+
+pytestmark = GPU
+
+LINKS = 40  # launches in a chain
+
+
+def averaging_matrix(rng: np.random.Generator) -> MEBCRS:
+    """A on the GPU: 3000 x 3000, about 12 random in-edges a row plus a hub row of 2500 (split
+    over segments), each row's values summing to 1, so that repeated products stay bounded."""
+    m = random_csr(3000, 3000, 0.004, rng).tolil()
+    m[7, rng.choice(3000, 2500, replace=False)] = 1.0
+    m = sp.csr_matrix(m)
+    m.sort_indices()
+    counts = np.diff(m.indptr)
+    m.data = np.repeat(1.0 / np.maximum(counts, 1), counts)
+    values = torch.from_numpy(m.data).float()  # float64 values would take the reference
+    return MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), values, n_cols=3000, k=8,
+                           device="cuda")
+
+
+def chain(a: MEBCRS, x: torch.Tensor, precision: str, wait: bool) -> list[torch.Tensor]:
+    """x, A x, A^2 x, ...: each product reads the previous one's output; with ``wait`` the host
+    waits for each launch before making the next."""
+    out = [x]
+    for _ in range(LINKS):
+        out.append(spmm(a, out[-1], precision))
+        if wait:
+            torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16),
+                                             ("tf32", torch.float32), ("fp32", torch.float32)])
+def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
+    a = averaging_matrix(rng)
+    x = torch.randn(3000, 64, device="cuda").to(dtype)
+    expected = chain(a, x, precision, wait=True)
+    got = chain(a, x, precision, wait=False)
+    assert a.values.dtype == torch.float32 and not torch.isnan(expected[-1]).any()
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert torch.equal(g, e), f"product {i} of the chain differs from the one made after a host wait"
+    assert expected[-1].abs().max() > 0.01  # the chain carries values to its end
+
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    chain(a, static, precision, wait=False)  # warm-up outside the capture (segments, workspaces)
+    with torch.cuda.graph(graph):
+        captured = chain(a, static, precision, wait=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[-1], expected[-1])
+
+
+def test_launch_mode_follows_the_device():
+    """Every registered source's kernels wait for their predecessor, and they are launched as
+    programmatic dependents exactly on compute capability 9.0 and newer (unless turned off)."""
+    assert all(src.waits_for_previous_kernel for src in SOURCES.values())
+    index = torch.cuda.current_device()
+    name = cuda_spmm._kernel_name("fp16", 8, torch.float16, 4)
+    _, dependent = runtime._kernel_on(cuda_spmm.SOURCE, name, index)
+    capable = torch.cuda.get_device_capability(index) >= runtime.DEPENDENT_LAUNCH_CAPABILITY
+    assert dependent == (capable and runtime.DEPENDENT_LAUNCH)
