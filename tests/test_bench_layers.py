@@ -82,6 +82,19 @@ def test_graph_speedups_take_the_fastest_pyg_time_of_either_mode():
     assert "bar g GCNConv flashgnn fp32 >= 1x the fastest PyG fp32: not measured" in lines
 
 
+def test_speedups_compare_step_times_the_larger_of_event_and_wall_time():
+    """A host-bound row (wall time above its event time) is charged its wall time, a GPU-bound
+    one its event time, on PyG's side as on ours."""
+    row = layer_bench.ModelRow
+    rows = [row("g", "AGNNConv", "PyG edge_index", "fp32", ms=3.0, wall_ms=2.5),
+            row("g", "AGNNConv", "flashgnn", "fp16", ms=0.6, wall_ms=1.2),
+            row("g", "AGNNConv", "flashgnn", "fp32", ms=1.5, wall_ms=None)]
+    layer_bench.set_speedups(rows)
+    assert [layer_bench.step_ms(r) for r in rows] == [3.0, 1.2, 1.5]
+    assert (rows[1].speedup, rows[2].speedup) == (2.5, 2.0)
+    assert "bar g AGNNConv flashgnn fp16 >= 3x the fastest PyG fp32: 2.50x NOT met" in layer_bench.bar_lines(rows)
+
+
 def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monkeypatch, capsys):
     real = layer_bench.prepare_graph
 
@@ -186,6 +199,6 @@ def test_rounds_option_gives_the_same_rows(tmp_path, data_dir):
     assert {(r["impl"], r["precision"]) for r in rows} == (
         {(impl, p) for impl in PYG_GCN for p in ("fp32", "fp16")} | {("flashgnn", p) for p in ("fp32", "fp16")})
     for r in rows:
-        assert r["error"] == "" and float(r["ms"]) > 0
+        assert r["error"] == "" and float(r["ms"]) > 0 and float(r["wall_ms"]) > 0
         if r["impl"] == "flashgnn":
             assert 0 <= float(r["rel_err"]) <= ERROR_BOUND[r["precision"]]

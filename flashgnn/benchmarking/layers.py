@@ -11,6 +11,13 @@ projection) with respect to the input features and every parameter
 ms: median of per-call CUDA-event times after warm-up (``timing.Timer``, cold L2); with
 --rounds R, a layer's rows are timed in turns, R rounds of --iters calls each, and ms is the
 median over all R rounds (``measure_rounds``).
+wall ms: after each round's timed calls, --iters calls back to back (no GPU sleep, no L2
+flush) timed by the host's clock, the GPU synchronised before and after, per call; the median
+over rounds. It is what a step costs where the host is the bottleneck: there the event timer
+gives the GPU time left after the host's lead over the 0.2 ms GPU sleep that precedes each
+call, which moves with the host's speed (the same code gave 0.45 and 0.84 ms for a 1.1 ms
+step, H100, session 27). A step's time is the larger of ms and wall ms (the event time on a
+GPU-bound step, the wall time on a host-bound one), for PyG's rows and ours alike.
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
 precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32); PyG runs under the
 same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
@@ -23,7 +30,7 @@ PyG inputs ("impl" names the path):
   PyG edge_index:     edge_index [2, E] on the device (gather / scatter message passing); the
                       only input AGNNConv can use, as its messages need both end points.
 Every PyG layer has add_self_loops=False (the graph has them). speedup = the fastest PyG
-fp32 time of that layer and graph / time. peak MB: device memory allocated at the peak of the
+fp32 step time of that layer and graph / step time. peak MB: device memory allocated at the peak of the
 timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
 implementation's adjacency or format plus the call's working memory. prep ms: building that
 adjacency or format (flashgnn: ME-BCRS of A and A^T on the device; PyG: its input tensor).
@@ -85,6 +92,7 @@ class ModelRow:
     impl: str
     precision: str
     ms: float | None = None
+    wall_ms: float | None = None
     prep_ms: float | None = None
     amortized_ms: float | None = None
     speedup: float | None = None
@@ -97,7 +105,7 @@ class ModelRow:
 
 
 COLUMNS = [f.name for f in fields(ModelRow)]
-HEADERS = {"ms": "ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200", "speedup": "x PyG fp32",
+HEADERS = {"ms": "ms", "wall_ms": "wall ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200", "speedup": "x PyG fp32",
            "speedup_fp16": "x PyG fp16", "graph_ms": "graph ms", "graph_speedup": "graph x PyG fp32",
            "peak_mb": "peak MB", "rel_err": "rel err"}
 
@@ -225,18 +233,33 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
     return measure_rounds([(row, prepare)], timer, 1, cuda_graph)[0]
 
 
+def wall_per_call(step: Callable[[], object], calls: int, device: torch.device) -> float:
+    """ms per call of ``calls`` calls of ``step`` back to back, by the host's clock, the GPU
+    synchronised before and after."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    sync()
+    tic = time.perf_counter()
+    for _ in range(calls):
+        step()
+    sync()
+    return (time.perf_counter() - tic) / calls * 1e3
+
+
 def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], object]]]], timer: Timer,
-                   rounds: int, cuda_graph: bool = False) -> list:
+                   rounds: int, cuda_graph: bool = False, wall: bool = False) -> list:
     """``measure`` for each (row, prepare) of ``entries``, the steps timed in turn: every step
     is prepared first, then each is timed once per round (warm-up and ``timer.iters`` calls),
     ``rounds`` times, and ``ms`` is the median of all its calls. On a host-bound graph the
     host's speed drifts within a run (eager GCN steps on musae_github moved by 1.4x-2.2x between
-    runs of one loan): in turns, a drift reaches every row alike. Returns the last results."""
+    runs of one loan): in turns, a drift reaches every row alike. With ``wall`` each round also
+    times ``timer.iters`` calls back to back by the host's clock (``wall_per_call``), and
+    ``wall_ms`` is the median over the rounds. Returns the last results."""
     if rounds < 1:
         raise ValueError(f"need rounds >= 1, got {rounds}")
     device = timer.device
     _free(device)
-    steps, resident, samples, results = [], [], [[] for _ in entries], [None] * len(entries)
+    steps, resident, results = [], [], [None] * len(entries)
+    samples, walls = [[] for _ in entries], [[] for _ in entries]
     allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
     with warnings.catch_warnings():
         # PyG builds sparse tensors without invariant checks and says so on every call
@@ -260,6 +283,8 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
                     continue
                 try:
                     m = timer(steps[i])
+                    if wall:
+                        walls[i].append(wall_per_call(steps[i], timer.iters, device))
                 except Exception as e:  # noqa: BLE001
                     row.error, steps[i], results[i] = _describe(e), None, None
                     continue
@@ -271,6 +296,7 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
             if steps[i] is None:
                 continue
             row.ms = statistics.median(samples[i])
+            row.wall_ms = statistics.median(walls[i]) if walls[i] else None
             if cuda_graph:
                 try:
                     row.graph_ms = timer(graphed(steps[i]), warmup=1).ms
@@ -284,28 +310,39 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
 def timings(row: ModelRow) -> str:
     """The row's time, and its replay's, or its error: for progress lines."""
     return ((f"{row.ms:9.3f} ms" if row.ms is not None else str(row.error))
+            + (f", wall {row.wall_ms:.3f} ms" if row.wall_ms is not None else "")
             + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else ""))
 
 
-def _fastest_pyg(rows: list[ModelRow], precision: str, columns: tuple[str, ...]) -> dict[tuple, float]:
-    """(graph, model) -> the fastest PyG time of ``precision`` among the rows' ``columns``."""
+def step_ms(row: ModelRow) -> float | None:
+    """A row's eager step time: the larger of its event time and its wall time per call."""
+    return None if row.ms is None else max(row.ms, row.wall_ms or 0.0)
+
+
+def _replay_ms(row: ModelRow) -> float | None:
+    return row.graph_ms
+
+
+def _fastest_pyg(rows: list[ModelRow], precision: str, times) -> dict[tuple, float]:
+    """(graph, model) -> the fastest PyG time of ``precision``, each row's times given by the
+    functions ``times``."""
     best: dict[tuple, float] = {}
     for r in rows:
         if r.impl.startswith("PyG") and r.precision == precision:
-            for t in filter(None, (getattr(r, c) for c in columns)):
+            for t in filter(None, (time_of(r) for time_of in times)):
                 best[r.graph, r.model] = min(best.get((r.graph, r.model), t), t)
     return best
 
 
 def set_speedups(rows: list[ModelRow]) -> None:
-    """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) ms of its
-    (graph, model) / its ms; graph_speedup = the fastest PyG fp32 time, eager or CUDA-graph
-    replay, / its graph_ms."""
-    for column, own, best in (("speedup", "ms", _fastest_pyg(rows, "fp32", ("ms",))),
-                              ("speedup_fp16", "ms", _fastest_pyg(rows, "fp16", ("ms",))),
-                              ("graph_speedup", "graph_ms", _fastest_pyg(rows, "fp32", ("ms", "graph_ms")))):
+    """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) step time of its
+    (graph, model) / its step time (``step_ms``); graph_speedup = the fastest PyG fp32 time,
+    eager step or CUDA-graph replay, / its graph_ms."""
+    for column, own, best in (("speedup", step_ms, _fastest_pyg(rows, "fp32", (step_ms,))),
+                              ("speedup_fp16", step_ms, _fastest_pyg(rows, "fp16", (step_ms,))),
+                              ("graph_speedup", _replay_ms, _fastest_pyg(rows, "fp32", (step_ms, _replay_ms)))):
         for r in rows:
-            base, t = best.get((r.graph, r.model)), getattr(r, own)
+            base, t = best.get((r.graph, r.model)), own(r)
             if base and t:
                 setattr(r, column, base / t)
 
@@ -423,7 +460,7 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         ref = None
         # in turns only when asked: every step and its format are then alive at once
         for group in [entries] if rounds > 1 else [[e] for e in entries]:
-            for (row, _), out in zip(group, measure_rounds(group, timer, rounds, cuda_graph)):
+            for (row, _), out in zip(group, measure_rounds(group, timer, rounds, cuda_graph, wall=True)):
                 if out is not None:
                     if ref is None and row.precision == "fp32":
                         ref = out.to(torch.float64)
