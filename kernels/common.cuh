@@ -13,9 +13,9 @@ namespace fg {
 
 constexpr int WINDOW = 8;  // rows per ME-BCRS window (the MMA's n dimension)
 
-// Programmatic dependent launch (sm_90 and newer; flashgnn/_cuda/runtime.py launches every kernel
-// of a file whose kernels all begin with this call with it): the grid may be scheduled as the
-// blocks of the kernel ahead of it in the stream exit, before that kernel has completed, so it
+// Programmatic dependent launch (sm_90 and newer; flashgnn/_cuda/runtime.py launches a file's
+// kernels this way when every one of them begins with this call): the grid may be scheduled as
+// the blocks of the kernel ahead of it in the stream exit, before that kernel has completed, so it
 // first waits until that kernel has finished and its writes are visible (the one before it had
 // finished first in turn). What is saved is the gap between dependent kernels, the launch of the
 // next overlapping the end of this one. Without the launch attribute it returns at once. Every

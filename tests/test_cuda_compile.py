@@ -267,7 +267,8 @@ def test_every_kernel_waits_for_the_previous_one():
 
 def test_dependent_launch_needs_every_kernel_of_a_file_to_wait():
     waits = "__global__ void a(int* x) {\n    wait_for_previous_kernel();\n    *x = 1;\n}\n"
-    namespaced = "template <int N>\n__global__ void __launch_bounds__(128) b(int* x) { fg::wait_for_previous_kernel(); }\n"
+    namespaced = ("template <int N>\n"
+                  "__global__ void __launch_bounds__(128) b(int* x) { fg::wait_for_previous_kernel(); }\n")
     touches_first = "__global__ void c(int* x) {\n    *x = 1;\n    wait_for_previous_kernel();\n}\n"
     assert sources.kernels_wait_first(waits) and sources.kernels_wait_first(waits + namespaced)
     assert not sources.kernels_wait_first(waits + touches_first)

@@ -15,8 +15,8 @@ wall ms: after each round's timed calls, --iters calls back to back (no GPU slee
 flush) timed by the host's clock, the GPU synchronised before and after, per call; the median
 over rounds. It is what a step costs where the host is the bottleneck: there the event timer
 gives the GPU time left after the host's lead over the 0.2 ms GPU sleep that precedes each
-call, which moves with the host's speed (the same code gave 0.45 and 0.84 ms for a 1.1 ms
-step, H100, session 27). A step's time is the larger of ms and wall ms (the event time on a
+call, which moves with the host's speed (0.61 and 0.97 ms in two runs of one 1.1 ms step,
+H100, session 27). A step's time is the larger of ms and wall ms (the event time on a
 GPU-bound step, the wall time on a host-bound one), for PyG's rows and ours alike.
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
 precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32); PyG runs under the
@@ -30,8 +30,8 @@ PyG inputs ("impl" names the path):
   PyG edge_index:     edge_index [2, E] on the device (gather / scatter message passing); the
                       only input AGNNConv can use, as its messages need both end points.
 Every PyG layer has add_self_loops=False (the graph has them). speedup = the fastest PyG
-fp32 step time of that layer and graph / step time. peak MB: device memory allocated at the peak of the
-timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
+fp32 step time of that layer and graph / step time. peak MB: device memory allocated at the
+peak of the timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
 implementation's adjacency or format plus the call's working memory. prep ms: building that
 adjacency or format (flashgnn: ME-BCRS of A and A^T on the device; PyG: its input tensor).
 rel err: ||out - ref|| / ||ref|| of the forward output, ref = PyG fp32 (flashgnn fp32
@@ -105,9 +105,9 @@ class ModelRow:
 
 
 COLUMNS = [f.name for f in fields(ModelRow)]
-HEADERS = {"ms": "ms", "wall_ms": "wall ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200", "speedup": "x PyG fp32",
-           "speedup_fp16": "x PyG fp16", "graph_ms": "graph ms", "graph_speedup": "graph x PyG fp32",
-           "peak_mb": "peak MB", "rel_err": "rel err"}
+HEADERS = {"ms": "ms", "wall_ms": "wall ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200",
+           "speedup": "x PyG fp32", "speedup_fp16": "x PyG fp16", "graph_ms": "graph ms",
+           "graph_speedup": "graph x PyG fp32", "peak_mb": "peak MB", "rel_err": "rel err"}
 
 
 def pyg_missing() -> str | None:
@@ -460,7 +460,8 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         ref = None
         # in turns only when asked: every step and its format are then alive at once
         for group in [entries] if rounds > 1 else [[e] for e in entries]:
-            for (row, _), out in zip(group, measure_rounds(group, timer, rounds, cuda_graph, wall=True)):
+            measured = measure_rounds(group, timer, rounds, cuda_graph, wall=True)
+            for (row, _), out in zip(group, measured):
                 if out is not None:
                     if ref is None and row.precision == "fp32":
                         ref = out.to(torch.float64)
