@@ -14,17 +14,30 @@ namespace fg {
 constexpr int WINDOW = 8;  // rows per ME-BCRS window (the MMA's n dimension)
 
 // Programmatic dependent launch (sm_90 and newer; flashgnn/_cuda/runtime.py launches a file's
-// kernels this way when every one of them begins with this call): the grid may be scheduled as
-// the blocks of the kernel ahead of it in the stream exit, before that kernel has completed, so it
-// first waits until that kernel has finished and its writes are visible (the one before it had
-// finished first in turn). What is saved is the gap between dependent kernels, the launch of the
-// next overlapping the end of this one. Without the launch attribute it returns at once. Every
-// thread calls it before touching global memory. (No early launch_dependents: the next grid's
-// blocks would then take the SMs that free up first, unevenly: the fp16 SpMM at N = 128 was
-// 12% slower back to back on an H100.)
-__device__ __forceinline__ void wait_for_previous_kernel() {
+// kernels this way when every one of them begins with this call): the grid may be scheduled
+// before the kernel ahead of it in the stream has completed, so it waits until that kernel has
+// finished and its writes are visible before touching global memory. What is saved is the gap
+// between dependent kernels. Without the launch attribute it returns at once.
+// A kernel given a `preamble` flag begins with wait_for_previous_kernel(!preamble) and calls
+// wait_for_previous_kernel(preamble) later: in between, with the flag, it reads only what no
+// kernel of the last two wrote (a pattern's columns and masks, and segment tables that an
+// earlier launch has read: the launcher's Segments.launched), which allow_next_kernel's order
+// makes safe: every kernel lets the next one be scheduled only after its own wait, so when a
+// grid starts, the kernel two ahead of it has completed.
+__device__ __forceinline__ void wait_for_previous_kernel(bool wait = true) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel of the stream be scheduled (its preamble then runs beside this kernel's
+// end); called by every thread after its wait_for_previous_kernel. Without it the next grid is
+// scheduled as this one's blocks exit. Called early only by kernels whose blocks take SMs
+// evenly: where the next grid's blocks take the SMs that free first, a one-wave SpMM's blocks
+// pile onto a few SMs (fp16 SpMM at N = 128 12% slower back to back with the call at its start).
+__device__ __forceinline__ void allow_next_kernel() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -86,7 +86,8 @@ struct SddmmSegment {
 };
 
 // Segment `seg` of one warp (dynamic shared memory: seg_vectors column indices and vector masks
-// per warp): D = x[window rows] . y[col] for its vectors, handed to epi.group(d, segment, j0, q)
+// per warp), its facts, columns and masks staged before waiting for the previous kernel when
+// `preamble` (common.cuh): D = x[window rows] . y[col] for its vectors, handed to epi.group(d, segment, j0, q)
 // a group q of 16 vectors at a time (lane (g, t) holds rows 2t, 2t + 1 of vectors j0 + g and
 // j0 + g + 8), after epi.columns(col) has seen, before their products, the columns of the
 // GROUPS groups of a loop step (col[q][h]: vector j0 + 8h + g of group q, -1 past the end).
@@ -96,7 +97,7 @@ __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ co
                                                       const int* __restrict__ seg_window,
                                                       const i64* __restrict__ seg_first,
                                                       const int* __restrict__ seg_count, i64 seg, int seg_vectors,
-                                                      int n_rows, int kdim, int aligned,
+                                                      int n_rows, int kdim, int aligned, bool preamble,
                                                       const typename SddmmChunk<P, RUN>::T* __restrict__ x,
                                                       const typename SddmmChunk<P, RUN>::T* __restrict__ y,
                                                       Epilogue& epi) {
@@ -115,6 +116,8 @@ __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ co
         masks[j] = vec_mask[s.first + j];
     }
     __syncwarp();
+    wait_for_previous_kernel(preamble);
+    allow_next_kernel();  // warps take SMs evenly here: the next grid's preamble beside this one
     u32 x0[Chunk::WORDS] = {};
     if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
     for (int j0 = 0; j0 < s.count; j0 += 16 * GROUPS) {
@@ -166,14 +169,14 @@ template <int P, bool WHOLE, int RUN>
 __global__ void __launch_bounds__(128) sddmm_kernel(
     const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
-    int n_rows, int kdim, int k, int aligned, float* __restrict__ out,
+    int n_rows, int kdim, int k, int aligned, int preamble, float* __restrict__ out,
     const typename SddmmChunk<P, RUN>::T* __restrict__ x, const typename SddmmChunk<P, RUN>::T* __restrict__ y) {
-    wait_for_previous_kernel();
+    wait_for_previous_kernel(!preamble);
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (seg >= n_segments) return;
+    if (seg >= n_segments) return;  // touched nothing (another warp of the grid waits first)
     StoreValues epi{out, k};
     sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg, seg_vectors, n_rows,
-                                 kdim, aligned, x, y, epi);
+                                 kdim, aligned, preamble, x, y, epi);
 }
 
 // GAT's backward through its softmax without its scores' gradient d in memory: with
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(128) gat_softmax_backward_sddmm(
         epi.el_row[1] = row + 1 < n_rows ? __ldg(el + row + 1) : 0.f;
     }
     const SddmmSegment s = sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg,
-                                                        seg_vectors, n_rows, kdim, aligned, x, y, epi);
+                                                        seg_vectors, n_rows, kdim, aligned, false, x, y, epi);
     epi.end(s, seg_part[seg], rows, parts);
 }
 

@@ -157,14 +157,31 @@ struct GatAttention {
     float slope;
 };
 
-// Copies the segment's columns and values (format block width K) to shared memory, the values
-// masked and rounded to the MMA type; vectors count .. (count rounded up to 8) get zeros. A
-// thread per vector: its real values are the only ones read, or with GAT computed from the
-// records (one gather per vector of its column's record or term; the window rows' are L1 hits).
-// Run by the warps_per_segment warps of the segment.
+// Copies the segment's columns and vector masks to shared memory; vectors count .. (count
+// rounded up to 8) get column 0 and mask 0. A thread per vector (the one stage_values gives
+// it). Run by the warps_per_segment warps of the segment. Reads only the pattern, so it may
+// run before the previous kernel has finished (the kernel's `preamble`).
+__device__ __forceinline__ void stage_columns(const SpmmArgs& a, const WarpWork& w, int* cols, u8* masks) {
+    const int threads = 32 * a.warps_per_segment;
+    const int padded = (w.count + WINDOW - 1) & ~(WINDOW - 1);
+    for (int j = threadIdx.x - w.slot * threads; j < padded; j += threads) {
+        const bool in = j < w.count;
+        cols[j] = in ? a.col_idx[w.first + j] : 0;
+        masks[j] = in ? a.vec_mask[w.first + j] : 0;
+    }
+}
+
+// Copies the segment's values (format block width K) to shared memory, masked by the vector
+// masks and rounded to the MMA type (zeros past the segment's vectors), with the columns and
+// masks too unless stage_columns has staged them (`columns_staged`: this thread reads back what
+// it staged there, as both give a thread the same vectors; one pass over the vectors costs less
+// where no preamble is run). A thread per vector: its real values are the only ones read, or
+// with GAT computed from the records (one gather per vector of its column's record or term;
+// the window rows' are L1 hits).
 template <int P, int K, int GAT>
-__device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork& w, int* cols,
-                                              typename Operand<P>::Staged* vals, const GatAttention& gat) {
+__device__ __forceinline__ void stage_values(const SpmmArgs& a, const WarpWork& w, int* cols, u8* masks,
+                                             typename Operand<P>::Staged* vals, const GatAttention& gat,
+                                             bool columns_staged) {
     typedef typename Operand<P>::Staged V;
     constexpr int PER_WORD = 4 / sizeof(V);
     const int threads = 32 * a.warps_per_segment;
@@ -173,6 +190,17 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
     char* staged = reinterpret_cast<char*>(vals);
     for (int j = threadIdx.x - w.slot * threads; j < padded; j += threads) {
         u8 mask = 0;
+        int col = 0;
+        if (columns_staged) {
+            mask = masks[j];
+            col = cols[j];
+        } else {
+            if (j < w.count) {
+                mask = a.vec_mask[w.first + j];
+                col = a.col_idx[w.first + j];
+            }
+            cols[j] = col;
+        }
         const float* values = a.values;  // row r of vector j at values[r * kb]
         int kb = K;
         float4 record = {};  // GAT_P_T: the record of vector j's column
@@ -181,12 +209,8 @@ __device__ __forceinline__ void stage_segment(const SpmmArgs& a, const WarpWork&
             const int b0 = j & ~(K - 1);
             kb = min(K, w.count - b0);
             if constexpr (GAT == GAT_NONE) values += WINDOW * (w.first + b0) + (j - b0);
-            mask = a.vec_mask[w.first + j];
-            cols[j] = a.col_idx[w.first + j];
-            if constexpr (GAT == GAT_P_T) record = __ldg(gat.records + cols[j]);
-            if constexpr (GAT == GAT_P) el_j = __ldg(gat.el + cols[j]);
-        } else {
-            cols[j] = 0;
+            if constexpr (GAT == GAT_P_T) record = __ldg(gat.records + col);
+            if constexpr (GAT == GAT_P) el_j = __ldg(gat.el + col);
         }
         // byte offset of row r's value = that of row 0 XOR 4r (staged_word's swizzle)
         const int byte0 = (staged_word<V>(j, 0) * PER_WORD + j % PER_WORD) * (int)sizeof(V);
@@ -448,14 +472,17 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 __host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : lf == 8 && p == TF32 ? 6 : 7; }
 
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type; with
-// GAT (a GatValues), A = GAT's attention from gat_* (`values` not read).
-// Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns, then
-// 8 * seg_vectors values each), then, when ways > 1, the scratch of sum_ways.
+// GAT (a GatValues), A = GAT's attention from gat_* (`values` not read). With `preamble` the
+// segment's facts, columns and masks are staged before waiting for the previous kernel.
+// Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns each,
+// then seg_vectors masks each, then 8 * seg_vectors values each), then, when ways > 1, the
+// scratch of sum_ways.
 template <int P, int K, typename OutTag, int LF, int GAT = GAT_NONE>
 __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
-    spmm_tc(SPMM_PARAMS, const typename Operand<P>::Tag::T* __restrict__ x, typename OutTag::T* __restrict__ out,
-            const float* __restrict__ gat_el, const float4* __restrict__ gat_records, float gat_slope) {
-    wait_for_previous_kernel();
+    spmm_tc(SPMM_PARAMS, int preamble, const typename Operand<P>::Tag::T* __restrict__ x,
+            typename OutTag::T* __restrict__ out, const float* __restrict__ gat_el,
+            const float4* __restrict__ gat_records, float gat_slope) {
+    wait_for_previous_kernel(!preamble);
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
@@ -463,9 +490,14 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     if (w.seg >= 0) read_segment(a, w);
     const int per_block = WARPS >> (31 - __clz(a.warps_per_segment));
     int* cols = smem + w.slot * a.seg_vectors;
-    V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors);
+    u8* masks = reinterpret_cast<u8*>(smem + per_block * a.seg_vectors) + w.slot * a.seg_vectors;
+    V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors + per_block * a.seg_vectors / 4);
     V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
-    if (w.seg >= 0) stage_segment<P, K, GAT>(a, w, cols, vals, GatAttention{gat_el, gat_records, gat_slope});
+    if (w.seg >= 0 && preamble) stage_columns(a, w, cols, masks);
+    wait_for_previous_kernel(preamble);
+    if (w.seg >= 0) {
+        stage_values<P, K, GAT>(a, w, cols, masks, vals, GatAttention{gat_el, gat_records, gat_slope}, preamble);
+    }
     __syncthreads();
     float acc[LF / 2][4] = {};
     if (w.computes) {
@@ -481,6 +513,7 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
             multiply_run<P, LF, false>(acc, x, cols, words, begin, end, w, a.n, a.aligned);
         }
     }
+    allow_next_kernel();  // its preamble beside this kernel's stores (not earlier: allow_next_kernel)
     // read again rather than kept in registers through the loop (min_blocks' register bound;
     // kept in shared memory instead: 1.4% slower at N = 32, H200, geomean of the real graphs)
     WarpWork done = place_work<LF>(a);

@@ -1,7 +1,7 @@
 """Programmatic dependent launch (compute capability 9.0+): every kernel waits for the one
-ahead of it before touching memory, so a chain of launches that each read what the previous one
-wrote gives the bits it gives with the host waiting for every launch, eagerly and replayed from
-a CUDA graph."""
+ahead of it before touching what it may have written, so a chain of launches that each read
+what the previous ones wrote gives the bits it gives with the host waiting for every launch,
+eagerly and replayed from a CUDA graph."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,12 +13,12 @@ from flashgnn._cuda import runtime
 from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn._cuda.sources import SOURCES
 from flashgnn.format import MEBCRS
-from flashgnn.ops import spmm
+from flashgnn.ops import sddmm, spmm
 from tests.helpers import GPU, random_csr
 
 pytestmark = GPU
 
-LINKS = 40  # launches in a chain
+LINKS = 20  # links of four launches in a chain
 
 
 def averaging_matrix(rng: np.random.Generator) -> MEBCRS:
@@ -36,13 +36,20 @@ def averaging_matrix(rng: np.random.Generator) -> MEBCRS:
 
 
 def chain(a: MEBCRS, x: torch.Tensor, precision: str, wait: bool) -> list[torch.Tensor]:
-    """x, A x, A^2 x, ...: each product reads the previous one's output; with ``wait`` the host
-    waits for each launch before making the next."""
-    out = [x]
+    """x, then per link h = A h twice, v = (h h^T) on A's pattern and A_v h (A with values v):
+    every launch after the first reads what the one just before it wrote (and, from the second
+    call on a pattern, stages its columns before waiting for it); with ``wait`` the host waits
+    for each op before the next."""
+    done = torch.cuda.synchronize if wait else (lambda: None)
+    out, h = [x], x
     for _ in range(LINKS):
-        out.append(spmm(a, out[-1], precision))
-        if wait:
-            torch.cuda.synchronize()
+        for _ in range(2):
+            h = spmm(a, h, precision)
+            done()
+        v = sddmm(a, h, h, precision)
+        done()
+        out += [h, v, spmm(a, h, precision, values=v)]
+        done()
     return out
 
 
@@ -55,7 +62,7 @@ def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
     got = chain(a, x, precision, wait=False)
     assert a.values.dtype == torch.float32 and not torch.isnan(expected[-1]).any()
     for i, (g, e) in enumerate(zip(got, expected)):
-        assert torch.equal(g, e), f"product {i} of the chain differs from the one made after a host wait"
+        assert torch.equal(g, e), f"output {i} of the chain differs from the one made after a host wait"
     assert expected[-1].abs().max() > 0.01  # the chain carries values to its end
 
     static = x.clone()

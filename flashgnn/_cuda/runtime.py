@@ -177,6 +177,13 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
         raise RuntimeError(f"flashgnn: launching {name} failed: {err!r}")
 
 
+def launched_dependent(src: KernelSource, name: str, device: torch.device) -> bool:
+    """Whether ``launch`` starts ``name`` of ``src`` on ``device`` as a programmatic dependent
+    (launchers pass kernels with a preamble whether to run it)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _kernel_on(src, name, index)[1]
+
+
 @functools.cache
 def _launch_api():
     """(cuLaunchKernel, cuLaunchKernelEx, CUDA_SUCCESS) from cuda.bindings, imported at the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .pattern_nnz import pattern_nnz
-from .runtime import f32, launch, operand, ptr
+from .runtime import f32, launch, launched_dependent, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
 from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, reduce_split_windows
@@ -94,10 +94,13 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
         return out
     args, aligned = _tensor_core_kernel(xs, ys, precision)
     shape = _launch_shape(seg)
-    launch(SOURCE, f"fg::sddmm_kernel<{args}>", x.device, shape["grid"], shape["block"],
+    kernel = f"fg::sddmm_kernel<{args}>"
+    preamble = seg.launched and launched_dependent(SOURCE, kernel, x.device)
+    launch(SOURCE, kernel, x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
-           seg.n_segments, seg.seg_vectors, x.shape[0], xs.shape[1], k, aligned, ptr(out), ptr(xs), ptr(ys),
-           shmem=shape["shmem"])
+           seg.n_segments, seg.seg_vectors, x.shape[0], xs.shape[1], k, aligned, preamble, ptr(out), ptr(xs),
+           ptr(ys), shmem=shape["shmem"])
+    seg.launched = True
     return out
 
 

@@ -78,6 +78,10 @@ class Segments:
     seg_vectors: int
     n_parts: int               # workspace slots: segments of split windows
     most_parts: int            # segments of the longest window
+    # a kernel reading these tables has been launched since they were built: later launches
+    # may read them, and their pattern's columns and masks, before waiting for the kernel ahead
+    # of them (the preamble of kernels/common.cuh's programmatic dependent launch)
+    launched: bool = False
     _pointers: dict = field(default_factory=dict, repr=False)
     _longer: dict = field(default_factory=dict, repr=False)
     _counters: dict = field(default_factory=dict, repr=False)

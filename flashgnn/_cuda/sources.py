@@ -48,11 +48,12 @@ class KernelSource:
         return h.hexdigest()
 
 
-_KERNEL_HEAD = re.compile(r"__global__[^{]*\{\s*(fg::)?wait_for_previous_kernel\(\);")
+_KERNEL_HEAD = re.compile(r"__global__[^{]*\{\s*(fg::)?wait_for_previous_kernel\([^;]*\);")
 
 
 def kernels_wait_first(text: str) -> bool:
-    """Whether ``text`` has kernels and every one's body begins with ``wait_for_previous_kernel();``."""
+    """Whether ``text`` has kernels and every one's body begins with ``wait_for_previous_kernel(...);``
+    (with a preamble flag, the kernel's first wait may come later: common.cuh)."""
     kernels = text.count("__global__")
     return kernels > 0 and len(_KERNEL_HEAD.findall(text)) == kernels
 

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-from .runtime import current_stream, f32, launch, operand, ptr, stride_blocks
+from .runtime import current_stream, f32, launch, launched_dependent, operand, ptr, stride_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -165,16 +165,18 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     segments_per_block = WARPS_PER_BLOCK // per_segment
     chunk_groups = -(-chunks // per_way)
     segment_groups = -(-seg.n_segments // segments_per_block)
-    staged_bytes = 4 + 8 * STORAGE[precision].itemsize  # a column index and 8 values per vector
+    staged_bytes = 5 + 8 * STORAGE[precision].itemsize  # a column index, a mask and 8 values per vector
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
     kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
+    preamble = seg.launched and launched_dependent(SOURCE, kernel, x.device)
     launch(SOURCE, kernel, x.device, (segment_groups, chunk_groups), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
            ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
-           per_segment, ways, n_rows, n, aligned, ptr(xs), ptr(out), *gat_args,
+           per_segment, ways, n_rows, n, aligned, preamble, ptr(xs), ptr(out), *gat_args,
            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
+    seg.launched = True
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
 
