@@ -13,8 +13,8 @@ namespace fg {
 
 constexpr int WINDOW = 8;  // rows per ME-BCRS window (the MMA's n dimension)
 
-// Programmatic dependent launch (sm_90 and newer; flashgnn/_cuda/runtime.py launches a file's
-// kernels this way when every one of them begins with this call): the grid may be scheduled
+// Programmatic dependent launch (sm_90 and newer, opt-in: flashgnn/_cuda/runtime.py launches a
+// file's kernels this way when every one of them begins with this call): the grid may be scheduled
 // before the kernel ahead of it in the stream has completed, so it waits until that kernel has
 // finished and its writes are visible before touching global memory. What is saved is the gap
 // between dependent kernels. Without the launch attribute it returns at once.
