@@ -88,16 +88,19 @@ def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
 
 def test_values_changed_in_place_just_before_a_launch_are_seen(rng):
     """Values that earlier launches have read, scaled in place by the kernel just ahead of the
-    next SpMM (the pattern staged before the wait, the values after it): the product sees the
-    change. Failed in session 27 (H100) with a version that also staged such values before the
-    wait (reverted); not run on the GPU since."""
+    next SpMM: the product is the one of a fresh copy of the new values. (Session 27, H100: a
+    version that also staged such values before the wait gave a product that was not bit-equal
+    to twice the first; reverted. This form has not run on a GPU yet.)"""
     a = averaging_matrix(rng)
     h = torch.randn(3000, 64, device="cuda").half()
     values = a.values.clone()
     first = spmm(a, h, "fp16", values=values)
     assert torch.equal(spmm(a, h, "fp16", values=values), first)
     values.mul_(2.0)
-    assert torch.equal(spmm(a, h, "fp16", values=values), 2 * first)  # scaling by 2 is exact
+    scaled = spmm(a, h, "fp16", values=values)
+    torch.cuda.synchronize()
+    assert torch.equal(scaled, spmm(a, h, "fp16", values=values.clone()))
+    assert not torch.equal(scaled, first)
 
 
 def test_launch_mode_follows_the_device():
