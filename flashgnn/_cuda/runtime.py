@@ -182,6 +182,8 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
 def launched_dependent(src: KernelSource, name: str, device: torch.device) -> bool:
     """Whether ``launch`` starts ``name`` of ``src`` on ``device`` as a programmatic dependent
     (launchers pass kernels with a preamble whether to run it)."""
+    if not DEPENDENT_LAUNCH:  # the default: no lookup on the launch path
+        return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _kernel_on(src, name, index)[1]
 
