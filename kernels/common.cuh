@@ -13,17 +13,17 @@ namespace fg {
 
 constexpr int WINDOW = 8;  // rows per ME-BCRS window (the MMA's n dimension)
 
-// Programmatic dependent launch (sm_90 and newer, opt-in: flashgnn/_cuda/runtime.py launches a
-// file's kernels this way when every one of them begins with this call): the grid may be scheduled
+// Programmatic dependent launch (sm_90 and newer; flashgnn/_cuda/runtime.py launches a file's
+// kernels this way when every one of them begins with this call): the grid may be scheduled
 // before the kernel ahead of it in the stream has completed, so it waits until that kernel has
 // finished and its writes are visible before touching global memory. What is saved is the gap
 // between dependent kernels. Without the launch attribute it returns at once.
-// A kernel given a `preamble` flag begins with wait_for_previous_kernel(!preamble) and calls
-// wait_for_previous_kernel(preamble) later: in between, with the flag, it reads only what no
-// kernel of the last two wrote (a pattern's columns and masks, and segment tables that an
-// earlier launch has read: the launcher's Segments.launched), which allow_next_kernel's order
-// makes safe: every kernel lets the next one be scheduled only after its own wait, so when a
-// grid starts, the kernel two ahead of it has completed.
+// A kernel with a preamble still begins with this call, passing false when the preamble runs,
+// and waits exactly once further on: before the wait the preamble reads only what no kernel of
+// the last two wrote (a pattern's columns and masks, and segment tables or SpMM values that an
+// earlier launch has read, unchanged since: Segments.launched, spmm._VALUES_READ), which
+// allow_next_kernel's rule makes safe: a kernel lets the next one be scheduled only after its
+// own wait, so when a grid starts, the kernel two ahead of it has completed.
 __device__ __forceinline__ void wait_for_previous_kernel(bool wait = true) {
 #if __CUDA_ARCH__ >= 900
     if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -471,9 +471,13 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 // fp16, N = 32).
 __host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : lf == 8 && p == TF32 ? 6 : 7; }
 
+// What a launch stages before waiting for the previous kernel (common.cuh's preamble): nothing,
+// the segment's facts, columns and masks, or those and its values (values an earlier launch has
+// read, unchanged since: the launcher's check).
+enum Preamble { NO_PREAMBLE = 0, PATTERN = 1, PATTERN_AND_VALUES = 2 };
+
 // Y = A X for A in ME-BCRS of block width K, X [n_cols, N] in precision P's storage type; with
-// GAT (a GatValues), A = GAT's attention from gat_* (`values` not read). With `preamble` the
-// segment's facts, columns and masks are staged before waiting for the previous kernel.
+// GAT (a GatValues), A = GAT's attention from gat_* (`values` not read). `preamble`: a Preamble.
 // Dynamic shared memory: WARPS / warps_per_segment staged segments (seg_vectors columns each,
 // then seg_vectors masks each, then 8 * seg_vectors values each), then, when ways > 1, the
 // scratch of sum_ways.
@@ -482,7 +486,7 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     spmm_tc(SPMM_PARAMS, int preamble, const typename Operand<P>::Tag::T* __restrict__ x,
             typename OutTag::T* __restrict__ out, const float* __restrict__ gat_el,
             const float4* __restrict__ gat_records, float gat_slope) {
-    wait_for_previous_kernel(!preamble);
+    wait_for_previous_kernel(preamble == NO_PREAMBLE);
     typedef typename Operand<P>::Staged V;
     extern __shared__ __align__(16) int smem[];
     const SpmmArgs a = SPMM_ARGS;
@@ -493,11 +497,13 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
     u8* masks = reinterpret_cast<u8*>(smem + per_block * a.seg_vectors) + w.slot * a.seg_vectors;
     V* staged_vals = reinterpret_cast<V*>(smem + per_block * a.seg_vectors + per_block * a.seg_vectors / 4);
     V* vals = staged_vals + w.slot * WINDOW * a.seg_vectors;
-    if (w.seg >= 0 && preamble) stage_columns(a, w, cols, masks);
-    wait_for_previous_kernel(preamble);
+    if (w.seg >= 0 && preamble == PATTERN) stage_columns(a, w, cols, masks);
+    wait_for_previous_kernel(preamble == PATTERN);
     if (w.seg >= 0) {
-        stage_values<P, K, GAT>(a, w, cols, masks, vals, GatAttention{gat_el, gat_records, gat_slope}, preamble);
+        const GatAttention gat{gat_el, gat_records, gat_slope};
+        stage_values<P, K, GAT>(a, w, cols, masks, vals, gat, preamble == PATTERN);
     }
+    wait_for_previous_kernel(preamble == PATTERN_AND_VALUES);
     __syncthreads();
     float acc[LF / 2][4] = {};
     if (w.computes) {

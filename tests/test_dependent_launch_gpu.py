@@ -21,8 +21,8 @@ pytestmark = GPU
 
 @pytest.fixture(autouse=True)
 def dependent_launches(monkeypatch):
-    """Every launch of these tests as a programmatic dependent (where the device has it), the
-    runtime's default (FLASHGNN_DEPENDENT_LAUNCH) aside."""
+    """Every launch of these tests as a programmatic dependent (where the device has it),
+    whatever FLASHGNN_DEPENDENT_LAUNCH says."""
     monkeypatch.setattr(runtime, "DEPENDENT_LAUNCH", True)
     runtime._kernel_on.cache_clear()
     yield
@@ -87,16 +87,23 @@ def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
 
 
 def test_values_changed_in_place_just_before_a_launch_are_seen(rng):
-    """Values that earlier launches have read, scaled in place by the kernel just ahead of the
-    next SpMM: the product is the one of a fresh copy of the new values. (Session 27, H100: a
-    version that also staged such values before the wait gave a product that was not bit-equal
-    to twice the first; reverted. This form has not run on a GPU yet.)"""
+    """Values an earlier launch has read are staged before the wait (the preamble); scaled in
+    place by the kernel just ahead of the next SpMM, they are staged after it, and the product
+    is the one of a fresh copy of the new values. (Not "twice the first product": about 30 of
+    these fp16 outputs are subnormal, where rounding 2s differs from doubling the rounded s.)"""
     a = averaging_matrix(rng)
     h = torch.randn(3000, 64, device="cuda").half()
     values = a.values.clone()
     first = spmm(a, h, "fp16", values=values)
+    seg = cuda_spmm.segments_for(a.row_ptr, cuda_spmm.work_split(64, a.n_vectors)[0], a.col_idx)
+    name = cuda_spmm._kernel_name("fp16", 8, torch.float16, cuda_spmm.lane_features(64, a.n_vectors, "fp16"))
+    dependent = cuda_spmm.launched_dependent(cuda_spmm.SOURCE, name, h.device)
+    staged_early = cuda_spmm.PATTERN_AND_VALUES if dependent else cuda_spmm.NO_PREAMBLE
+    assert cuda_spmm._preamble(seg, values, name, h.device) == staged_early
     assert torch.equal(spmm(a, h, "fp16", values=values), first)
     values.mul_(2.0)
+    staged_late = cuda_spmm.PATTERN if dependent else cuda_spmm.NO_PREAMBLE
+    assert cuda_spmm._preamble(seg, values, name, h.device) == staged_late
     scaled = spmm(a, h, "fp16", values=values)
     torch.cuda.synchronize()
     assert torch.equal(scaled, spmm(a, h, "fp16", values=values.clone()))

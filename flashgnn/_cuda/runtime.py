@@ -14,13 +14,11 @@ from .compiler import _import_cuda_core, compile_source
 from .sources import KernelSource
 
 MIN_CAPABILITY = (8, 0)
-# Programmatic dependent launch, opt-in (FLASHGNN_DEPENDENT_LAUNCH=1): from compute capability
-# 9.0, kernels whose source says they wait for the previous kernel
-# (KernelSource.waits_for_previous_kernel) are launched with it. Off by default until
-# tests/test_dependent_launch_gpu.py's in-place test has passed on a GPU (session 27: it failed
-# with a version that staged values before the wait, since reverted; see BENCHMARKS.md).
+# Programmatic dependent launch: from compute capability 9.0, kernels whose source says they wait
+# for the previous kernel (KernelSource.waits_for_previous_kernel) are launched with it;
+# FLASHGNN_DEPENDENT_LAUNCH=0 turns it off (profiling, A/B timings).
 DEPENDENT_LAUNCH_CAPABILITY = (9, 0)
-DEPENDENT_LAUNCH = os.environ.get("FLASHGNN_DEPENDENT_LAUNCH", "0") == "1"
+DEPENDENT_LAUNCH = os.environ.get("FLASHGNN_DEPENDENT_LAUNCH", "1") != "0"
 MAX_GRID_BLOCKS = 1 << 16  # grid-stride kernels: enough blocks to fill any GPU; threads loop over the rest
 
 
@@ -182,7 +180,7 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
 def launched_dependent(src: KernelSource, name: str, device: torch.device) -> bool:
     """Whether ``launch`` starts ``name`` of ``src`` on ``device`` as a programmatic dependent
     (launchers pass kernels with a preamble whether to run it)."""
-    if not DEPENDENT_LAUNCH:  # the default: no lookup on the launch path
+    if not DEPENDENT_LAUNCH:  # turned off: no lookup on the launch path
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _kernel_on(src, name, index)[1]
