@@ -274,3 +274,23 @@ def test_dependent_launch_needs_every_kernel_of_a_file_to_wait():
     assert not sources.kernels_wait_first(waits + touches_first)
     assert not sources.kernels_wait_first(TINY_SOURCE)
     assert not sources.kernels_wait_first("__device__ int f() { return 1; }\n")
+
+
+def test_spmm_preamble_needs_a_dependent_launch_read_segments_and_unchanged_values():
+    """What the SpMM stages before waiting for the previous kernel: nothing on a first launch on
+    its segments or without dependent launch; the pattern after that; the values too once a
+    launch has read that values tensor, until it is modified in place."""
+    from types import SimpleNamespace
+
+    from flashgnn._cuda import spmm as launcher
+
+    seg, values = SimpleNamespace(launched=False), torch.ones(16)
+    assert launcher._preamble(seg, values, True) == launcher.NO_PREAMBLE
+    seg.launched = True
+    assert launcher._preamble(seg, values, False) == launcher.NO_PREAMBLE
+    assert launcher._preamble(seg, values, True) == launcher.PATTERN
+    launcher._VALUES_READ.set(values, True)
+    assert launcher._preamble(seg, values, True) == launcher.PATTERN_AND_VALUES
+    assert launcher._preamble(seg, None, True) == launcher.PATTERN  # GAT: attention computed, not read
+    values.mul_(2.0)
+    assert launcher._preamble(seg, values, True) == launcher.PATTERN

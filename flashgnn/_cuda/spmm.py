@@ -76,9 +76,10 @@ _VALUES_READ = TensorCache()
 NO_PREAMBLE, PATTERN, PATTERN_AND_VALUES = 0, 1, 2  # kernels/spmm.cu: Preamble
 
 
-def _preamble(seg, vals: torch.Tensor | None, kernel: str, device: torch.device) -> int:
-    """What the launch of ``kernel`` may stage before waiting for the kernel ahead of it."""
-    if not seg.launched or not launched_dependent(SOURCE, kernel, device):
+def _preamble(seg, vals: torch.Tensor | None, dependent: bool) -> int:
+    """What a launch (``dependent``: as a programmatic dependent) on the segments ``seg`` with
+    the values ``vals`` may stage before waiting for the kernel ahead of it."""
+    if not (dependent and seg.launched):
         return NO_PREAMBLE
     return PATTERN_AND_VALUES if vals is not None and _VALUES_READ.get(vals) else PATTERN
 
@@ -185,7 +186,8 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
     stream = current_stream(x.device)
     kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
-    preamble = _preamble(seg, vals, kernel, x.device)
+    dependent = launched_dependent(SOURCE, kernel, x.device)
+    preamble = _preamble(seg, vals, dependent)
     launch(SOURCE, kernel, x.device, (segment_groups, chunk_groups), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
@@ -193,7 +195,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
            per_segment, ways, n_rows, n, aligned, preamble, ptr(xs), ptr(out), *gat_args,
            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
     seg.launched = True
-    if vals is not None and preamble != PATTERN_AND_VALUES:
+    if dependent and vals is not None and preamble != PATTERN_AND_VALUES:  # only preambles read it
         _VALUES_READ.set(vals, True)
     reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
