@@ -12,6 +12,7 @@ text with the headers of this checkout's kernels/, for the precision's instantia
 A version's SpMM must take the launch the checkout's launcher makes (spmm.py): its grid is 2-D
 (segment group, chunk group), so a file from before session 25 (a 1-D grid) is named with
 ``:flat`` after its path (``old.cu:flat``) and gets the same blocks in one dimension.
+``--seg-vectors`` fixes the SDDMM's segment length on every graph (its launcher picks 32 or 64).
 """
 import argparse
 import sys
@@ -74,7 +75,13 @@ def main() -> int:
     p.add_argument("--precision", choices=("fp16", "bf16", "tf32"), default="fp16")
     p.add_argument("--timer", choices=TIMERS, default="back-to-back")
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--seg-vectors", type=int, default=None,
+                   help="SDDMM: vectors per segment for every graph instead of the launcher's rule (seg_vectors)")
     args = p.parse_args()
+    if args.seg_vectors is not None:
+        if args.op != "sddmm" or args.seg_vectors < 1:
+            raise SystemExit("source_ab: --seg-vectors takes a positive count, with --op sddmm")
+        sddmm_launcher.seg_vectors = lambda n_vectors: args.seg_vectors
     device = torch.device("cuda")
     launcher = spmm_launcher if args.op == "spmm" else sddmm_launcher
     found = versions(args.versions, args.op, args.precision)
