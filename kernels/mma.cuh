@@ -102,6 +102,27 @@ template <> __device__ __forceinline__ void mma_16x8x8<BF16>(float (&d)[4], u32 
         : "r"(a0), "r"(a1), "r"(b0));
 }
 
+// d += a * b on one 16x8x16 tile, fp32 accumulators: a0/a2 rows g, a1/a3 rows g + 8, k pairs
+// 2t (a0, a1, b0) and 2t + 8 (a2, a3, b1).
+template <int P>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1);
+
+template <>
+__device__ __forceinline__ void mma_16x8x16<FP16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16x8x16<BF16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // d += a * b on one 16x8x4 tf32 tile (operands already rounded with float_to_tf32).
 __device__ __forceinline__ void mma_16x8x4_tf32(float (&d)[4], u32 a0, u32 a1, u32 b0) {
     asm volatile(
