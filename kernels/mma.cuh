@@ -4,6 +4,7 @@
 // Fragment layouts used by the kernels (lane = 4 * g + t, g in 0..7, t in 0..3):
 //   m16n8k8 f16/bf16: a0 = {A[g][2t], A[g][2t+1]}, a1 = {A[g+8][2t], A[g+8][2t+1]},
 //                     b0 = {B[2t][g], B[2t+1][g]}   (lower 16 bits hold the lower k index)
+//   m16n8k16 f16/bf16: a0, a1, b0 as m16n8k8's; a2, a3, b1 the same at k + 8
 //   m16n8k4 tf32:     a0 = A[g][t], a1 = A[g+8][t], b0 = B[t][g]
 //   both:             c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
 #pragma once

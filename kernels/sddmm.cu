@@ -53,8 +53,9 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
 // One precision's chunk of K: the dense element type, the RUN features each lane loads per chunk
 // (16 bytes; 8 or 4 for 16-bit types at K <= 16 or 8, where a chunk of 32 left lanes and MMAs
 // on zeros), and the MMAs that consume them: an m16n8k16 per two 32-bit words of the run (half
-// the MMAs and dependent steps of an m16n8k8 per word: H200, session 29, back to back, K = 32
-// 9.88x -> 9.92x, K = 128 7.84x -> 8.03x), an m16n8k8 for a one-word run.
+// the MMAs and dependent steps of an m16n8k8 per word; session 29, back to back, real-graph
+// geomean, H200 / H100: K = 32 +0.5% / +0.6%, K = 128 +2.4% / +1.4%), an m16n8k8 for a
+// one-word run.
 template <int P, int RUN_> struct SddmmChunk {
     typedef u16 T;
     static constexpr int RUN = RUN_, WORDS = RUN / 2;

@@ -12,9 +12,9 @@ from .sources import register
 from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, _preamble, reduce_split_windows
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
-# features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (4 MMAs); for 16-bit
-# types at K <= 16 and K <= 8 half and quarter runs (2 MMAs, 1), which keep every lane on real
-# features
+# features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (fp16/bf16: 2
+# m16n8k16, tf32: 4 m16n8k4); for 16-bit types at K <= 16 and K <= 8 half and quarter runs (1
+# m16n8k16, 1 m16n8k8), which keep every lane on real features
 _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
 SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
                                for whole in ("false", "true") for run in runs]
