@@ -86,43 +86,33 @@ template <> struct Operand<TF32> {
 
 __device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
 
-// d += a * b on one 16x8x8 tile, fp32 accumulators.
-template <int P> __device__ __forceinline__ void mma_16x8x8(float (&d)[4], u32 a0, u32 a1, u32 b0);
+// One mma.sync with fp32 accumulators d[0..3] (in a function taking float (&d)[4]): SHAPE
+// "m16n8k8" or "m16n8k16", TYPE "f16" or "bf16", A and B the operand lists, then their inputs.
+#define FG_MMA_F32(SHAPE, TYPE, A, B, ...)                                                            \
+    asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, " A ", " B \
+                 ", {%0,%1,%2,%3};"                                                                   \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                     \
+                 : __VA_ARGS__)
 
-template <> __device__ __forceinline__ void mma_16x8x8<FP16>(float (&d)[4], u32 a0, u32 a1, u32 b0) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0));
+// d += a * b on one 16x8x8 tile, fp32 accumulators (P: FP16 or BF16).
+template <int P> __device__ __forceinline__ void mma_16x8x8(float (&d)[4], u32 a0, u32 a1, u32 b0) {
+    static_assert(P == FP16 || P == BF16, "m16n8k8 on 16-bit operands (tf32: mma_16x8x4_tf32)");
+    if constexpr (P == FP16) FG_MMA_F32("m16n8k8", "f16", "{%4,%5}", "{%6}", "r"(a0), "r"(a1), "r"(b0));
+    else FG_MMA_F32("m16n8k8", "bf16", "{%4,%5}", "{%6}", "r"(a0), "r"(a1), "r"(b0));
 }
 
-template <> __device__ __forceinline__ void mma_16x8x8<BF16>(float (&d)[4], u32 a0, u32 a1, u32 b0) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0));
-}
-
-// d += a * b on one 16x8x16 tile, fp32 accumulators: a0/a2 rows g, a1/a3 rows g + 8, k pairs
-// 2t (a0, a1, b0) and 2t + 8 (a2, a3, b1).
+// d += a * b on one 16x8x16 tile, fp32 accumulators (P: FP16 or BF16): a0/a2 rows g, a1/a3
+// rows g + 8, k pairs 2t (a0, a1, b0) and 2t + 8 (a2, a3, b1).
 template <int P>
-__device__ __forceinline__ void mma_16x8x16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1);
-
-template <>
-__device__ __forceinline__ void mma_16x8x16<FP16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    static_assert(P == FP16 || P == BF16, "m16n8k16 on 16-bit operands");
+    if constexpr (P == FP16) {
+        FG_MMA_F32("m16n8k16", "f16", "{%4,%5,%6,%7}", "{%8,%9}", "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        FG_MMA_F32("m16n8k16", "bf16", "{%4,%5,%6,%7}", "{%8,%9}", "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
 }
-
-template <>
-__device__ __forceinline__ void mma_16x8x16<BF16>(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#undef FG_MMA_F32
 
 // d += a * b on one 16x8x4 tf32 tile (operands already rounded with float_to_tf32).
 __device__ __forceinline__ void mma_16x8x4_tf32(float (&d)[4], u32 a0, u32 a1, u32 b0) {
