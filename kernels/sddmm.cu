@@ -8,9 +8,9 @@
 // one m16n8k8 at K <= 8) or 16 (tf32, four m16n8k4).
 // The K order inside a chunk is free, so lane (g, t) loads a run of consecutive features of
 // vectors g and g + 8 and of window row g with 16-byte loads, and each MMA takes the next two
-// pairs (tf32: the next element) of each run. The window rows' first chunk is loaded once per segment, and two groups
-// of 16 vectors are gathered together. WHOLE launches (rows aligned, K a multiple of the chunk)
-// gather without per-load checks (gather in mma.cuh).
+// pairs (tf32: the next element) of each run. The window rows' first chunk is loaded once per
+// segment, and two groups of 16 vectors are gathered together. WHOLE launches (rows aligned, K a
+// multiple of the chunk) gather without per-load checks (gather in mma.cuh).
 #include "mma.cuh"
 
 namespace fg {
