@@ -83,6 +83,20 @@ template <int RUN_> struct SddmmChunk<TF32, RUN_> {
     }
 };
 
+// A loop step's gathers: y's rows col[q][h] (-1: none) of its GROUPS x 2 x 8 vectors, n features
+// apart, from src = y + (this lane's first feature of the chunk).
+template <bool WHOLE, class Chunk>
+__device__ __forceinline__ void gather_step(u32 (&yv)[GROUPS][2][Chunk::WORDS], const typename Chunk::T* src,
+                                            const int (&col)[GROUPS][2], int n, int valid, bool aligned) {
+#pragma unroll
+    for (int q = 0; q < GROUPS; ++q) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            gather<WHOLE, typename Chunk::T, Chunk::RUN>(yv[q][h], src, col[q][h], col[q][h] >= 0, n, valid, aligned);
+        }
+    }
+}
+
 // The segment of one warp: its vectors' columns and masks, staged in shared memory.
 struct SddmmSegment {
     i64 first;     // its first vector in the format
@@ -98,8 +112,10 @@ struct SddmmSegment {
 // a group q of 16 vectors at a time (lane (g, t) holds rows 2t, 2t + 1 of vectors j0 + g and
 // j0 + g + 8), after epi.columns(col) has seen, before their products, the columns of the
 // GROUPS groups of a loop step (col[q][h]: vector j0 + 8h + g of group q, -1 past the end).
-// Returns the segment.
-template <int P, bool WHOLE, int RUN, class Epilogue>
+// ONE (WHOLE launches only): K is exactly one chunk, so no K loop and y's row stride is a
+// constant; a kernel of its own, whose registers do not set those of the loop (in one kernel
+// the K = 128 loop lost 6%). Returns the segment.
+template <int P, bool WHOLE, int RUN, bool ONE, class Epilogue>
 __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
                                                       const int* __restrict__ seg_window,
                                                       const i64* __restrict__ seg_first,
@@ -136,25 +152,26 @@ __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ co
         }
         epi.columns(col);
         float d[GROUPS][4] = {};
-        for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
-            const int f0 = c + t * Chunk::RUN;
-            const int valid = kdim - f0;
-            u32 yv[GROUPS][2][Chunk::WORDS], xr[Chunk::WORDS] = {};
+        if constexpr (ONE) {
+            u32 yv[GROUPS][2][Chunk::WORDS];
+            gather_step<WHOLE, Chunk>(yv, y + t * Chunk::RUN, col, FEATURES, Chunk::RUN, aligned);
 #pragma unroll
-            for (int q = 0; q < GROUPS; ++q) {
+            for (int q = 0; q < GROUPS; ++q) Chunk::mma(d[q], yv[q][0], yv[q][1], x0);
+        } else {
+            for (int c = 0; c < kdim; c += FEATURES) {  // uniform across the warp: mma.sync needs all lanes
+                const int f0 = c + t * Chunk::RUN;
+                const int valid = kdim - f0;
+                u32 yv[GROUPS][2][Chunk::WORDS], xr[Chunk::WORDS] = {};
+                gather_step<WHOLE, Chunk>(yv, y + f0, col, kdim, valid, aligned);
+                if (c == 0) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    gather<WHOLE, T, Chunk::RUN>(yv[q][h], y + f0, col[q][h], col[q][h] >= 0, kdim, valid, aligned);
+                    for (int i = 0; i < Chunk::WORDS; ++i) xr[i] = x0[i];
+                } else if (row < n_rows) {
+                    load_group<T, Chunk::RUN>(xr, x + row * kdim + f0, valid, aligned);
                 }
-            }
-            if (c == 0) {
 #pragma unroll
-                for (int i = 0; i < Chunk::WORDS; ++i) xr[i] = x0[i];
-            } else if (row < n_rows) {
-                load_group<T, Chunk::RUN>(xr, x + row * kdim + f0, valid, aligned);
+                for (int q = 0; q < GROUPS; ++q) Chunk::mma(d[q], yv[q][0], yv[q][1], xr);
             }
-#pragma unroll
-            for (int q = 0; q < GROUPS; ++q) Chunk::mma(d[q], yv[q][0], yv[q][1], xr);
         }
 #pragma unroll
         for (int q = 0; q < GROUPS; ++q) epi.group(d[q], s, j0 + 16 * q, q);
@@ -172,7 +189,7 @@ struct StoreValues {
     }
 };
 
-template <int P, bool WHOLE, int RUN>
+template <int P, bool WHOLE, int RUN, bool ONE>
 __global__ void __launch_bounds__(128) sddmm_kernel(
     const int* __restrict__ col_idx, const u8* __restrict__ vec_mask, const int* __restrict__ seg_window,
     const i64* __restrict__ seg_first, const int* __restrict__ seg_count, i64 n_segments, int seg_vectors,
@@ -182,8 +199,8 @@ __global__ void __launch_bounds__(128) sddmm_kernel(
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;  // touched nothing (another warp of the grid waits first)
     StoreValues epi{out, k};
-    sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg, seg_vectors, n_rows,
-                                 kdim, aligned, preamble, x, y, epi);
+    sddmm_segment<P, WHOLE, RUN, ONE>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg, seg_vectors, n_rows,
+                                      kdim, aligned, preamble, x, y, epi);
 }
 
 // GAT's backward through its softmax without its scores' gradient d in memory: with
@@ -297,8 +314,9 @@ __global__ void __launch_bounds__(128) gat_softmax_backward_sddmm(
         epi.el_row[0] = row < n_rows ? __ldg(el + row) : 0.f;
         epi.el_row[1] = row + 1 < n_rows ? __ldg(el + row + 1) : 0.f;
     }
-    const SddmmSegment s = sddmm_segment<P, WHOLE, RUN>(col_idx, vec_mask, seg_window, seg_first, seg_count, seg,
-                                                        seg_vectors, n_rows, kdim, aligned, false, x, y, epi);
+    const SddmmSegment s = sddmm_segment<P, WHOLE, RUN, false>(col_idx, vec_mask, seg_window, seg_first, seg_count,
+                                                               seg, seg_vectors, n_rows, kdim, aligned, false, x, y,
+                                                               epi);
     epi.end(s, seg_part[seg], rows, parts);
 }
 

@@ -16,8 +16,10 @@ _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # m16n8k16, tf32: 4 m16n8k4); for 16-bit types at K <= 16 and K <= 8 half and quarter runs (1
 # m16n8k16, 1 m16n8k8), which keep every lane on real features
 _RUNS = {"fp16": (8, 4, 2), "bf16": (8, 4, 2), "tf32": (4,)}
-SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}>" for p, runs in _RUNS.items()
-                               for whole in ("false", "true") for run in runs]
+# <precision, WHOLE, RUN, ONE>: ONE (K exactly one chunk) only on WHOLE launches
+SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}, {run}, {one}>"
+                               for p, runs in _RUNS.items() for run in runs
+                               for whole, one in (("false", "false"), ("true", "false"), ("true", "true"))]
                   + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {which}>"
                      for p in GAT_BLOCK_WIDTH for whole in ("false", "true") for run in _RUNS[p]
                      for which in ("fg::GAT_ROWS", "fg::GAT_COLUMNS")])
@@ -70,13 +72,14 @@ def _run_features(kdim: int, precision: str) -> int:
     return min((r for r in runs if 4 * r >= kdim), default=runs[0])
 
 
-def _tensor_core_kernel(xs: torch.Tensor, ys: torch.Tensor, precision: str) -> tuple[str, bool]:
-    """(template arguments <precision, WHOLE, RUN> of a tensor-core SDDMM of xs and ys, aligned)."""
+def _tensor_core_kernel(xs: torch.Tensor, ys: torch.Tensor, precision: str) -> tuple[str, bool, bool]:
+    """(template arguments <precision, WHOLE, RUN> of a tensor-core SDDMM of xs and ys, aligned,
+    whether K is exactly one chunk of a WHOLE launch)."""
     kdim = xs.shape[1]
     aligned = (kdim * xs.element_size()) % 16 == 0 and xs.data_ptr() % 16 == 0 and ys.data_ptr() % 16 == 0
     run = _run_features(kdim, precision)
     whole = aligned and kdim % (4 * run) == 0
-    return f"{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}", aligned
+    return f"{_PRECISION_INDEX[precision]}, {str(whole).lower()}, {run}", aligned, whole and kdim == 4 * run
 
 
 def _launch_shape(seg) -> dict:
@@ -92,9 +95,9 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     xs, ys, out, seg = _prepare(col_idx, row_ptr, x, y, STORAGE[precision])
     if seg is None:
         return out
-    args, aligned = _tensor_core_kernel(xs, ys, precision)
+    args, aligned, one_chunk = _tensor_core_kernel(xs, ys, precision)
     shape = _launch_shape(seg)
-    kernel = f"fg::sddmm_kernel<{args}>"
+    kernel = f"fg::sddmm_kernel<{args}, {str(one_chunk).lower()}>"
     preamble = _preamble(seg, None, launched_dependent(SOURCE, kernel, x.device))  # NO_PREAMBLE or PATTERN
     launch(SOURCE, kernel, x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
@@ -141,7 +144,7 @@ def _gat_pass(which: str, pattern, x, y, precision: str, el, records, slope: flo
         return rows
     seg = segments_for(row_ptr, seg_vectors(col_idx.numel()), col_idx)
     parts = torch.empty(seg.n_parts * 8 * stats, dtype=torch.float32, device=x.device) if seg.n_parts else rows
-    args, aligned = _tensor_core_kernel(x, y, precision)
+    args, aligned, _ = _tensor_core_kernel(x, y, precision)
     shape = _launch_shape(seg)
     launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {which}>", x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"), seg.n_segments,
