@@ -294,3 +294,25 @@ def test_spmm_preamble_needs_a_dependent_launch_read_segments_and_unchanged_valu
     assert launcher._preamble(seg, None, True) == launcher.PATTERN  # GAT: attention computed, not read
     values.mul_(2.0)
     assert launcher._preamble(seg, values, True) == launcher.PATTERN
+
+
+def test_sddmm_takes_its_one_chunk_kernel_exactly_when_k_is_one_whole_chunk():
+    """<precision, WHOLE, RUN>, aligned, one chunk: the one-chunk instantiation (no K loop) only
+    for aligned launches whose K is exactly the 4 runs of one chunk."""
+    from flashgnn._cuda import sddmm as launcher
+
+    def choice(k, precision, dtype=torch.float16, misaligned=False):
+        x = torch.zeros(8 * k + 1, dtype=dtype)[int(misaligned):][:8 * k].view(8, k)
+        return launcher._tensor_core_kernel(x, x, precision)
+
+    assert choice(32, "fp16") == ("0, true, 8", True, True)
+    assert choice(32, "bf16", torch.bfloat16) == ("1, true, 8", True, True)
+    assert choice(16, "fp16") == ("0, true, 4", True, True)
+    assert choice(8, "fp16") == ("0, true, 2", True, True)
+    assert choice(16, "tf32", torch.float32) == ("2, true, 4", True, True)
+    assert choice(64, "fp16") == ("0, true, 8", True, False)
+    assert choice(32, "tf32", torch.float32) == ("2, true, 4", True, False)
+    assert choice(24, "fp16") == ("0, false, 8", True, False)
+    assert choice(32, "fp16", misaligned=True) == ("0, false, 8", False, False)
+    names = launcher.SOURCE.name_expressions
+    assert "fg::sddmm_kernel<0, true, 8, true>" in names and "fg::sddmm_kernel<0, false, 8, true>" not in names
