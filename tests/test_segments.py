@@ -243,3 +243,18 @@ def test_column_order_sorts_by_first_column_and_keeps_the_segments(monkeypatch):
         assert torch.equal(getattr(by_column, name), getattr(by_length, name))
     monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", sum(vectors))  # rows too short now
     assert segments.column_ordered(sum(vectors), len(vectors)) is False
+
+
+def test_spmm_lanes_take_8_features_only_on_wide_work_and_tf32_only_on_huge_graphs():
+    """8 features per lane need N > 64 and, for 16-bit storage, n_vectors x N past
+    WIDE_LANES_MIN_WORK; tf32 gathers 16-byte groups at 4 already and takes 8 only from
+    TF32_WIDE_LANES_MIN_VECTORS vectors."""
+    from flashgnn._cuda.spmm import TF32_WIDE_LANES_MIN_VECTORS, WIDE_LANES_MIN_WORK, lane_features
+
+    mid = WIDE_LANES_MIN_WORK // 128  # 100k vectors: wide work at N = 128
+    assert lane_features(128, mid, "fp16") == lane_features(128, mid, "bf16") == 8
+    assert lane_features(128, mid - 1, "fp16") == 4
+    assert lane_features(64, 10**8, "fp16") == lane_features(64, 10**8, "tf32") == 4
+    assert lane_features(256, TF32_WIDE_LANES_MIN_VECTORS - 1, "tf32") == 4
+    assert lane_features(128, TF32_WIDE_LANES_MIN_VECTORS, "tf32") == 8
+    assert lane_features(16, 10**8, "tf32") == 2

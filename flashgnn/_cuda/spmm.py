@@ -25,6 +25,11 @@ FUSE_MAX_PARTS = 64
 # 100k vectors, by 5-36%). From H100 sweeps (benchmarks/spmm_sweep.py --features 4,8) over the
 # 33 shared graphs and the generated ones, fp16 and tf32, N = 64, 128, 256.
 WIDE_LANES_MIN_WORK = 12_800_000
+# tf32 (16-byte rows of 4 features already) takes 8 per lane only on graphs of this many
+# vectors: below it 4 per lane was faster on the hub-heavy graphs whose X stays in L2 (H200,
+# back to back, session 30: twitch_ES N = 128 16.0 -> 12.1 us, hetero_chameleon N = 256
+# 16.0 -> 12.1 us), while the generated graphs (50M+ vectors) keep 8 (H100 sweep, N = 128).
+TF32_WIDE_LANES_MIN_VECTORS = 1_000_000
 # At 8 < N <= 16: 2 features per lane (a warp's 16 columns, one MMA tile, where 4 idle half the
 # lanes; batches of 32 vectors, 16 for tf32): fp16 faster on 28 of the 33 shared graphs,
 # geomean over cuSPARSE 1.97x -> 2.19x, powerlaw_products / _reddit 2.30x / 1.68x -> 2.49x /
@@ -123,7 +128,11 @@ def lane_features(n: int, n_vectors: int, precision: str) -> int:
     """Consecutive features a lane gathers per vector (a warp covers 8 times as many)."""
     if 8 < n <= 16 or (n <= 8 and n_vectors >= NARROW_LANES_MIN_VECTORS):
         return 2
-    return 8 if n > 64 and n_vectors * n >= WIDE_LANES_MIN_WORK else 4
+    if n <= 64:
+        return 4
+    if precision == "tf32":
+        return 8 if n_vectors >= TF32_WIDE_LANES_MIN_VECTORS else 4
+    return 8 if n_vectors * n >= WIDE_LANES_MIN_WORK else 4
 
 
 def chunk_warps(chunks: int, ways: int) -> int:
