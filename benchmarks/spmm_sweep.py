@@ -19,7 +19,7 @@ import sys
 import common  # puts the checkout on sys.path
 import torch
 
-from flashgnn._cuda.spmm import spmm_tensor_core
+from flashgnn._cuda.spmm import FUSE_MAX_PARTS, spmm_tensor_core
 from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
@@ -53,7 +53,7 @@ def main() -> int:
     p.add_argument("--sizes", default="32,128")
     p.add_argument("--precisions", default="fp16,tf32")
     p.add_argument("--seg", default="0", help="segment lengths in vectors; 0 = the tuned default")
-    p.add_argument("--fuse", default="0,16", help="fuse_max_parts values")
+    p.add_argument("--fuse", default=str(FUSE_MAX_PARTS), help="fuse_max_parts values (default: the launcher's)")
     p.add_argument("--features", default="0", help="features per lane and vector (4, 8); 0 = the default")
     p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
     p.add_argument("--lanes", default="0", help="fp32: lanes per vector (1 to 32); 0 = the default")
