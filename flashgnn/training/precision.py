@@ -7,6 +7,12 @@ on the CPU, which has no TF32. fp16 / bf16: sparse ops in that type; dense layer
 than fp32 ones, the dense matmuls are emulated instead: inputs and output rounded to the
 type, products accumulated in fp32, which is what tensor cores compute. Weights stay fp32
 (master weights); fp16 adds loss scaling (``GradScaler``), which bf16 does not need.
+
+On CUDA a backward started inside the scope runs on the calling thread
+(``torch.autograd.set_multithreading_enabled(False)``, thread-local) instead of autograd's
+worker thread for the device: a one-device step gains nothing from that thread and pays two
+hand-overs to it and back, which on a host-bound step (a layer on a graph of a few hundred
+thousand edges) cost a third of the step (BENCHMARKS.md, session 31).
 """
 from __future__ import annotations
 
@@ -57,10 +63,12 @@ def dense_precision(precision: str, device: torch.device) -> str:
 
 @contextlib.contextmanager
 def precision_scope(precision: str, device: torch.device):
-    """Run the enclosed forward and backward in ``precision`` (see the module doc)."""
+    """Run the enclosed forward and backward in ``precision`` (see the module doc); on CUDA
+    a backward started inside runs on the calling thread."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(sparse_precision(precision))
         if device.type == "cuda":
+            stack.enter_context(torch.autograd.set_multithreading_enabled(False))
             if precision in _HALF:
                 stack.enter_context(torch.autocast("cuda", dtype=_HALF[precision]))
             saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
