@@ -178,3 +178,20 @@ def test_gpu_matches_the_composition(f_in, f_out, precision, autocast, rng):
         composed = _grads(lambda x, w, b_: _composed(a, x, w, b_, precision, a.values), feat, weight, b, proj)
     _assert_close(got, composed, 1e-6 if precision in ("fp32", "tf32") and not autocast else 3e-3)
 
+
+
+@needs_gpu
+def test_gpu_adds_an_fp32_bias_before_rounding_the_product(rng):
+    """Under autocast fp16 the fp32 bias is added by the product's cuBLAS call, in fp32: the
+    output is (A X)_16 W_16 + b without the 16-bit rounding of the product that the
+    composition (and autocast alone) would apply."""
+    a, _ = _adjacency(rng, 300, 280, device="cuda")
+    feat = torch.randn(a.n_cols, 48, device="cuda")  # 48 -> 64: aggregated first
+    weight, b = torch.randn(48, 64, device="cuda"), 8 * torch.randn(64, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = ops.graph_conv(a, feat, weight, b, "fp16")
+    aggregate = ops.spmm(a, feat.half(), "fp16")  # the node's SpMM: fp16 input, fp16 output
+    exact = aggregate.double() @ weight.half().double() + b.double()
+    rounded = (aggregate @ weight.half()).double() + b.double()
+    assert out.dtype == torch.float32
+    assert rel_err(out, exact) < 1e-6 < rel_err(rounded, exact)

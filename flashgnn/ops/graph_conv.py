@@ -9,10 +9,12 @@ composition builds five autograd nodes and three dtype casts where this builds o
 Dense products run in autocast's dtype when autocast is on for the input's device (as
 ``torch.mm`` would under autocast), else in the input's dtype; the result has the type
 ``(A X) W + b`` has in the composition (fp32 with an fp32 bias under autocast). On CUDA the
-bias of an fp32 (or float64) product is added by the same cuBLAS call, and the weight's fp32
-gradient from 16-bit operands is written in fp32 by cuBLAS instead of being rounded to 16 bits
-and cast: one launch instead of two each. The forward's 16-bit product keeps autocast's
-rounding, as the CPU's emulation of it (``training.precision.RoundedMatmuls``) does.
+bias is added by the product's cuBLAS call, and the weight's fp32 gradient from 16-bit
+operands is written in fp32 by cuBLAS instead of being rounded to 16 bits and cast: one
+launch instead of two each. A 16-bit product with an fp32 bias is therefore added to the bias
+before any rounding (the composition, and the CPU's emulation of autocast,
+``training.precision.RoundedMatmuls``, round the product to 16 bits first): the same
+products, one rounding fewer.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..format import MEBCRS
+from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .precision import check_precision, half_storage, kernel_operands
@@ -36,8 +39,8 @@ def _dense_dtype(feat: Tensor) -> torch.dtype:
     return feat.dtype
 
 
-# torch.mm with out_dtype (torch >= 2.8): fp16/bf16 products written in fp32 on CUDA
-_FP32_PRODUCTS = hasattr(torch.ops.aten.mm, "dtype")
+# torch.mm and torch.addmm with out_dtype (torch >= 2.8): fp16/bf16 products written in fp32 on CUDA
+_FP32_PRODUCTS = hasattr(torch.ops.aten.mm, "dtype") and hasattr(torch.ops.aten.addmm, "dtype")
 
 
 def _fp32_product(a: Tensor, dtype: torch.dtype) -> bool:
@@ -47,12 +50,15 @@ def _fp32_product(a: Tensor, dtype: torch.dtype) -> bool:
 
 
 def _project(a: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
-    """``torch.mm(a, w) + bias``; on CUDA one cuBLAS call when bias has a's type (a launch
-    saved on host-bound steps; the CPU keeps the two calls its precision emulation rounds)."""
+    """``torch.mm(a, w) + bias`` in the type of that sum; on CUDA one cuBLAS call (a launch
+    saved on host-bound steps), which adds an fp32 bias to a 16-bit product before rounding
+    it; the CPU keeps the two calls its precision emulation rounds."""
     if bias is None:
         return torch.mm(a, w)
     if a.is_cuda and bias.dtype == a.dtype:
         return torch.addmm(bias, a, w)
+    if _fp32_product(a, bias.dtype):
+        return torch.addmm(bias, a, w, out_dtype=bias.dtype)
     return torch.mm(a, w) + bias
 
 
@@ -62,6 +68,17 @@ def _product(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
     if _fp32_product(a, dtype):
         return torch.mm(a, b, out_dtype=dtype)
     return torch.mm(a, b).to(dtype)
+
+
+def _bias_gradient(grad: Tensor, bias_dtype: torch.dtype | None,
+                   dtype: torch.dtype | None) -> tuple[Tensor | None, Tensor]:
+    """(the bias gradient: grad's column sums in ``bias_dtype``, None without it; grad in
+    ``dtype``, as it is without). One kernel on CUDA for an fp32 grad going to 16 bits."""
+    if bias_dtype is not None and grad.is_cuda and grad.dtype == torch.float32 and dtype in (torch.float16,
+                                                                                              torch.bfloat16):
+        grad_16, sums = cast_and_sum_columns_cuda(grad, dtype)
+        return sums.to(bias_dtype), grad_16
+    return (None if bias_dtype is None else grad.sum(0).to(bias_dtype)), (grad if dtype is None else grad.to(dtype))
 
 
 def _spmm_input(feat: Tensor, precision: str, dtype: torch.dtype) -> Tensor:
@@ -104,7 +121,8 @@ class _GraphConv(torch.autograd.Function):
         saved, w, values, t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = ctx.saved_tensors
         need_feat, need_weight, need_bias = ctx.needs_input_grad[:3]
         feat_dtype, weight_dtype, bias_dtype = ctx.dtypes
-        grad_bias = grad.sum(0).to(bias_dtype) if need_bias else None
+        # the product's gradients run in its dtype
+        grad_bias, grad = _bias_gradient(grad, bias_dtype if need_bias else None, None if w is None else w.dtype)
         grad_feat = grad_weight = None
 
         def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
@@ -113,8 +131,6 @@ class _GraphConv(torch.autograd.Function):
             return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(ctx.precision, g),
                          ctx.shape[1], ctx.k, ctx.precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
 
-        if w is not None:
-            grad = grad.to(w.dtype)  # the product's gradients run in its dtype
         if ctx.project_first:  # out = A (X W): d(XW) = A^T dOut
             if need_feat or need_weight:
                 d_xw = propagate_back(grad, w.dtype)

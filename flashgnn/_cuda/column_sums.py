@@ -1,0 +1,43 @@
+"""Launcher of kernels/column_sums.cu: a matrix's column sums and its 16-bit copy in one pass
+(the bias gradient and the 16-bit operand of graph convolution's backward)."""
+from __future__ import annotations
+
+import torch
+
+from .runtime import current_stream, launch, operand, ptr
+from .sources import register
+from .spmm import TAG
+
+SOURCE = register("column_sums.cu", [f"fg::colsum::cast_and_sum_columns<{TAG[t]}>"
+                                     for t in (torch.float16, torch.bfloat16)])
+_THREADS = 256  # kernels/column_sums.cu: THREADS
+MAX_BLOCKS = 256  # enough to fill any GPU; the last block adds this many partial sums per column
+ROWS_PER_THREAD = 8  # at least, before the block count grows
+_FINISHED: dict[tuple[int, int], torch.Tensor] = {}  # (device, stream) -> the kernel's zero counter
+
+
+def cast_and_sum_columns_cuda(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x in ``dtype``, x's column sums in fp32): x float32 [n, f] on a CUDA device, dtype
+    float16 or bfloat16. The sums are the same bits on every call."""
+    if x.dtype != torch.float32 or x.dim() != 2 or not x.is_cuda or dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"need a 2-D float32 CUDA tensor and a 16-bit dtype, got {x.dtype} {tuple(x.shape)} on "
+                         f"{x.device} and {dtype}")
+    x = operand(x, torch.float32)
+    n, f = x.shape
+    out = torch.empty(n, f, dtype=dtype, device=x.device)
+    if n == 0 or f == 0:
+        return out, torch.zeros(f, dtype=torch.float32, device=x.device)
+    columns = min(max(32, 1 << (f - 1).bit_length()), _THREADS)
+    rows = _THREADS // columns
+    blocks = min(-(-n // (rows * ROWS_PER_THREAD)), MAX_BLOCKS)
+    rows_per_block = -(-n // blocks)
+    scratch = torch.empty((blocks + 1) * f, dtype=torch.float32, device=x.device)  # the sums, then the partials
+    stream = current_stream(x.device)
+    key = (x.device.index if x.device.index is not None else torch.cuda.current_device(), stream)
+    finished = _FINISHED.get(key)
+    if finished is None:
+        finished = _FINISHED[key] = torch.zeros(1, dtype=torch.int32, device=x.device)
+    launch(SOURCE, f"fg::colsum::cast_and_sum_columns<{TAG[dtype]}>", x.device, (blocks,), (_THREADS,),
+           ptr(x), n, f, columns, rows_per_block, ptr(out), ptr(scratch) + 4 * f, ptr(finished), ptr(scratch),
+           stream=stream)
+    return out, scratch[:f]
