@@ -10,7 +10,7 @@ nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction 
 both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
 4 ways; the fp32 SpMM in each of its variants, fp32 and tf32, and the lane-per-vector fp32
 SDDMM on both paths; SpMM and SDDMM run with their segments in both orders (longest first,
-and by column as on long-row graphs).
+and by column as on long-row graphs); graph convolution's fp16 backward (the column-sums kernel).
 """
 import os
 import sys
@@ -88,6 +88,15 @@ def main() -> None:
         terms = torch.randn(300, 2, device="cuda", requires_grad=True)
         for drop in (0.3, 0.0):
             ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, drop, precision).sum().backward()
+    # graph convolution under autocast: the fp32 bias added by cuBLAS; its gradient and the 16-bit
+    # output gradient from the column-sums kernel (several blocks; idle column lanes, two column groups)
+    adj = MEBCRS.from_csr(sq.indptr, sq.indices, n_cols=300, device="cuda")
+    for f_in, f_out in ((33, 40), (20, 300)):
+        shapes = ((300, f_in), (f_in, f_out), (f_out,))
+        leaves = [torch.randn(*shape, device="cuda", requires_grad=True) for shape in shapes]
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = ops.graph_conv(adj, *leaves, "fp16")
+        out.sum().backward()
     # GAT's score terms: several blocks per head in the backward, a last warp of a head not full
     for dtype, terms_per_head, f_dim in ((torch.float16, 2, 33), (torch.float32, 1, 7)):
         attn = torch.randn(3, terms_per_head, f_dim, device="cuda")

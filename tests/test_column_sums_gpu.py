@@ -12,8 +12,8 @@ from tests.helpers import GPU
 pytestmark = GPU
 
 # one row; fewer rows than a block's lanes; one column group with idle lanes; several column
-# groups; 128 columns; more blocks than MAX_BLOCKS would give (rows per block grow)
-SHAPES = [(1, 1), (37, 7), (1000, 33), (3000, 300), (37_700, 128), (200_000, 16)]
+# groups; 128 columns; more rows than MAX_BLOCKS blocks of 8 rows per thread hold
+SHAPES = [(1, 1), (37, 7), (1000, 33), (3000, 300), (37_700, 128), (400_000, 16)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -11,7 +11,7 @@ from .spmm import TAG
 SOURCE = register("column_sums.cu", [f"fg::colsum::cast_and_sum_columns<{TAG[t]}>"
                                      for t in (torch.float16, torch.bfloat16)])
 _THREADS = 256  # kernels/column_sums.cu: THREADS
-MAX_BLOCKS = 256  # enough to fill any GPU; the last block adds this many partial sums per column
+MAX_BLOCKS = 1024  # 8 blocks of 256 threads per SM on 128 SMs; the last block adds this many partials a column
 ROWS_PER_THREAD = 8  # at least, before the block count grows
 _FINISHED: dict[tuple[int, int], torch.Tensor] = {}  # (device, stream) -> the kernel's zero counter
 
