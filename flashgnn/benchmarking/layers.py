@@ -19,8 +19,8 @@ call, which moves with the host's speed (0.61 and 0.97 ms in two runs of one 1.1
 H100, session 27). A step's time is the larger of ms and wall ms (the event time on a
 GPU-bound step, the wall time on a host-bound one), for PyG's rows and ours alike.
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
-precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32); PyG runs under the
-same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
+precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32; on CUDA the backward on
+the calling thread); PyG runs under the same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
 PyG inputs ("impl" names the path):
   PyG adj_t:          GCNConv fed the transposed adjacency as a torch.sparse CSR tensor, the
                       sparse-matrix path of PyG's docs (aggregation by torch.sparse.mm, i.e.
