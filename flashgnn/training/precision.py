@@ -12,7 +12,8 @@ On CUDA a backward started inside the scope runs on the calling thread
 (``torch.autograd.set_multithreading_enabled(False)``, thread-local) instead of autograd's
 worker thread for the device: a one-device step gains nothing from that thread and pays two
 hand-overs to it and back, which on a host-bound step (a layer on a graph of a few hundred
-thousand edges) cost a third of the step (BENCHMARKS.md, session 31).
+thousand edges) cost a third of the step (BENCHMARKS.md, session 31). A model spread over
+several GPUs of one process would lose the overlap of their backward threads inside the scope.
 """
 from __future__ import annotations
 
