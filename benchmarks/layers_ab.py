@@ -65,7 +65,7 @@ def main() -> int:
         base_root = Path(tmp) / "base"
         base_root.mkdir()
         export(args.base, base_root)
-        results: dict[tuple, list[str]] = {}
+        results: dict[tuple, dict[str, str]] = {}  # (graph, model, precision) -> run label -> cell
         labels = []
         for i in range(args.pairs):
             for name, root in (("base", base_root), ("checkout", REPO_ROOT)):

@@ -285,15 +285,15 @@ def test_spmm_preamble_needs_a_dependent_launch_read_segments_and_unchanged_valu
     from flashgnn._cuda import spmm as launcher
 
     seg, values = SimpleNamespace(launched=False), torch.ones(16)
-    assert launcher._preamble(seg, values, True) == launcher.NO_PREAMBLE
+    assert launcher.preamble_for(seg, values, True) == launcher.NO_PREAMBLE
     seg.launched = True
-    assert launcher._preamble(seg, values, False) == launcher.NO_PREAMBLE
-    assert launcher._preamble(seg, values, True) == launcher.PATTERN
+    assert launcher.preamble_for(seg, values, False) == launcher.NO_PREAMBLE
+    assert launcher.preamble_for(seg, values, True) == launcher.PATTERN
     launcher._VALUES_READ.set(values, True)
-    assert launcher._preamble(seg, values, True) == launcher.PATTERN_AND_VALUES
-    assert launcher._preamble(seg, None, True) == launcher.PATTERN  # GAT: attention computed, not read
+    assert launcher.preamble_for(seg, values, True) == launcher.PATTERN_AND_VALUES
+    assert launcher.preamble_for(seg, None, True) == launcher.PATTERN  # GAT: attention computed, not read
     values.mul_(2.0)
-    assert launcher._preamble(seg, values, True) == launcher.PATTERN
+    assert launcher.preamble_for(seg, values, True) == launcher.PATTERN
 
 
 def test_sddmm_takes_its_one_chunk_kernel_exactly_when_k_is_one_whole_chunk():

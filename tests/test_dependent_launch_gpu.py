@@ -99,11 +99,11 @@ def test_values_changed_in_place_just_before_a_launch_are_seen(rng):
     name = cuda_spmm._kernel_name("fp16", 8, torch.float16, cuda_spmm.lane_features(64, a.n_vectors, "fp16"))
     dependent = cuda_spmm.launched_dependent(cuda_spmm.SOURCE, name, h.device)
     staged_early = cuda_spmm.PATTERN_AND_VALUES if dependent else cuda_spmm.NO_PREAMBLE
-    assert cuda_spmm._preamble(seg, values, dependent) == staged_early
+    assert cuda_spmm.preamble_for(seg, values, dependent) == staged_early
     assert torch.equal(spmm(a, h, "fp16", values=values), first)
     values.mul_(2.0)
     staged_late = cuda_spmm.PATTERN if dependent else cuda_spmm.NO_PREAMBLE
-    assert cuda_spmm._preamble(seg, values, dependent) == staged_late
+    assert cuda_spmm.preamble_for(seg, values, dependent) == staged_late
     scaled = spmm(a, h, "fp16", values=values)
     torch.cuda.synchronize()
     assert torch.equal(scaled, spmm(a, h, "fp16", values=values.clone()))

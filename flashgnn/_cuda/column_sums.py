@@ -34,10 +34,9 @@ def cast_and_sum_columns_cuda(x: torch.Tensor, dtype: torch.dtype) -> tuple[torc
     sums = torch.empty(f, dtype=torch.float32, device=x.device)
     partial = torch.empty(blocks * f, dtype=torch.float32, device=x.device)
     stream = current_stream(x.device)
-    key = (x.device.index if x.device.index is not None else torch.cuda.current_device(), stream)
-    finished = _FINISHED.get(key)
+    finished = _FINISHED.get((x.device.index, stream))  # a CUDA tensor's device has its index
     if finished is None:
-        finished = _FINISHED[key] = torch.zeros(1, dtype=torch.int32, device=x.device)
+        finished = _FINISHED[x.device.index, stream] = torch.zeros(1, dtype=torch.int32, device=x.device)
     launch(SOURCE, f"fg::colsum::cast_and_sum_columns<{TAG[dtype]}>", x.device, (blocks,), (_THREADS,),
            ptr(x), n, f, columns, rows_per_block, ptr(out), ptr(partial), ptr(finished), ptr(sums), stream=stream)
     return out, sums

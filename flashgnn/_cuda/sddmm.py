@@ -9,7 +9,7 @@ from .pattern_nnz import pattern_nnz
 from .runtime import f32, launch, launched_dependent, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
-from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, _preamble, reduce_split_windows
+from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, preamble_for, reduce_split_windows
 
 _PRECISION_INDEX = {"fp16": 0, "bf16": 1, "tf32": 2}
 # features per lane and K chunk of sddmm_kernel: 16 bytes, 4 lanes a chunk (fp16/bf16: 2
@@ -98,7 +98,7 @@ def sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) 
     args, aligned, one_chunk = _tensor_core_kernel(xs, ys, precision)
     shape = _launch_shape(seg)
     kernel = f"fg::sddmm_kernel<{args}, {str(one_chunk).lower()}>"
-    preamble = _preamble(seg, None, launched_dependent(SOURCE, kernel, x.device))  # NO_PREAMBLE or PATTERN
+    preamble = preamble_for(seg, None, launched_dependent(SOURCE, kernel, x.device))  # NO_PREAMBLE or PATTERN
     launch(SOURCE, kernel, x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count"),
            seg.n_segments, seg.seg_vectors, x.shape[0], xs.shape[1], k, aligned, preamble, ptr(out), ptr(xs),

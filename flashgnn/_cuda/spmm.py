@@ -81,7 +81,7 @@ _VALUES_READ = TensorCache()
 NO_PREAMBLE, PATTERN, PATTERN_AND_VALUES = 0, 1, 2  # kernels/spmm.cu: Preamble
 
 
-def _preamble(seg, vals: torch.Tensor | None, dependent: bool) -> int:
+def preamble_for(seg, vals: torch.Tensor | None, dependent: bool) -> int:
     """What a launch (``dependent``: as a programmatic dependent) on the segments ``seg`` with
     the values ``vals`` may stage before waiting for the kernel ahead of it."""
     if not (dependent and seg.launched):
@@ -196,7 +196,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     stream = current_stream(x.device)
     kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
     dependent = launched_dependent(SOURCE, kernel, x.device)
-    preamble = _preamble(seg, vals, dependent)
+    preamble = preamble_for(seg, vals, dependent)
     launch(SOURCE, kernel, x.device, (segment_groups, chunk_groups), (32 * WARPS_PER_BLOCK,),
            ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
