@@ -45,3 +45,15 @@ def test_bad_inputs():
         cast_and_sum_columns_cuda(torch.randn(4, 3, device="cuda").half(), torch.float16)
     with pytest.raises(ValueError, match="16-bit dtype"):
         cast_and_sum_columns_cuda(torch.randn(4, 3, device="cuda"), torch.float32)
+
+
+def test_the_copy_written_into_a_given_tensor():
+    x = torch.randn(3000, 40, device="cuda")
+    out = torch.empty(3000, 40, dtype=torch.bfloat16, device="cuda")
+    x16, sums = cast_and_sum_columns_cuda(x, torch.bfloat16, out)
+    assert x16 is out and torch.equal(out, x.bfloat16())
+    assert torch.equal(sums, cast_and_sum_columns_cuda(x, torch.bfloat16)[1])
+    with pytest.raises(ValueError, match="out must be a contiguous"):
+        cast_and_sum_columns_cuda(x, torch.float16, out)
+    with pytest.raises(ValueError, match="out must be a contiguous"):
+        cast_and_sum_columns_cuda(x, torch.bfloat16, torch.empty(40, 3000, dtype=torch.bfloat16, device="cuda").t())

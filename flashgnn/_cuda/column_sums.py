@@ -16,15 +16,21 @@ ROWS_PER_THREAD = 8  # at least, before the block count grows
 _FINISHED: dict[tuple[int, int], torch.Tensor] = {}  # (device, stream) -> the kernel's zero counter
 
 
-def cast_and_sum_columns_cuda(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def cast_and_sum_columns_cuda(x: torch.Tensor, dtype: torch.dtype,
+                              out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x in ``dtype``, x's column sums in fp32): x float32 [n, f] on a CUDA device, dtype
-    float16 or bfloat16. The sums are the same bits on every call."""
+    float16 or bfloat16; ``out``: a contiguous [n, f] tensor of ``dtype`` to write the copy
+    into. The sums are the same bits on every call."""
     if x.dtype != torch.float32 or x.dim() != 2 or not x.is_cuda or dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"need a 2-D float32 CUDA tensor and a 16-bit dtype, got {x.dtype} {tuple(x.shape)} on "
                          f"{x.device} and {dtype}")
     x = operand(x, torch.float32)
     n, f = x.shape
-    out = torch.empty(n, f, dtype=dtype, device=x.device)
+    if out is None:
+        out = torch.empty(n, f, dtype=dtype, device=x.device)
+    elif out.dtype != dtype or out.shape != x.shape or not out.is_contiguous() or out.device != x.device:
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {tuple(x.shape)} on {x.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
     if n == 0 or f == 0:
         return out, torch.zeros(f, dtype=torch.float32, device=x.device)
     columns = min(max(32, 1 << (f - 1).bit_length()), _THREADS)

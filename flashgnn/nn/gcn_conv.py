@@ -7,6 +7,7 @@ from torch import nn
 from ..graph import NORMS
 from ..ops import graph_conv
 from ..ops.precision import check_precision
+from ..ops.replay import NodeReplay
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
 
@@ -26,12 +27,16 @@ class GCNConv(nn.Module):
     Same constructor and forward as ``dgl.nn.GraphConv``, plus ``precision`` (None: the
     ``flashgnn.precision`` context) for the SpMM; the normalisation is folded into the
     sparse values instead of scaling the features twice, and W multiplies on the narrower side
-    of the aggregation, as DGL does (``flashgnn.ops.graph_conv``).
+    of the aggregation, as DGL does (``flashgnn.ops.graph_conv``). ``replay``: replay the
+    layer's kernels from CUDA graphs (``flashgnn.ops.replay``: the same bits, a fraction of the
+    host's time per step; static buffers of a few times the features' size per slot): True
+    wherever it can, False never, None (default) on graphs of at most 4M nonzeros, where the
+    host bounds a step.
     """
 
     def __init__(self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
                  bias: bool = True, activation=None, allow_zero_in_degree: bool = False,
-                 precision: str | None = None):
+                 precision: str | None = None, replay: bool | None = None):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
@@ -40,6 +45,7 @@ class GCNConv(nn.Module):
         self.activation = activation
         self.allow_zero_in_degree = allow_zero_in_degree
         self.precision = None if precision is None else check_precision(precision)
+        self.replay = NodeReplay(replay)
         self.weight = nn.Parameter(torch.empty(in_feats, out_feats)) if weight else None
         self.bias = nn.Parameter(torch.empty(out_feats)) if bias else None
         self.reset_parameters()
@@ -64,8 +70,9 @@ class GCNConv(nn.Module):
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         values = graph.gcn_values(self.norm, k, value_dtype(feat, edge_weight), edge_weight)
-        rst = graph_conv(graph.adj(k), feat, weight, self.bias, precision, values=values)
+        rst = graph_conv(graph.adj(k), feat, weight, self.bias, precision, values=values, replay=self.replay)
         return self.activation(rst) if self.activation is not None else rst
 
     def extra_repr(self) -> str:
-        return f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}"
+        return (f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}, "
+                f"replay={self.replay.enabled!r}")

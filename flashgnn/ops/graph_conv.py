@@ -15,6 +15,11 @@ launch instead of two each. A 16-bit product with an fp32 bias is therefore adde
 before any rounding (the composition, and the CPU's emulation of autocast,
 ``training.precision.RoundedMatmuls``, round the product to 16 bits first): the same
 products, one rounding fewer.
+
+Given a layer's ``NodeReplay`` (``ops.replay``), the forward's kernels after the features'
+copy into a static buffer, and the backward's after the bias gradient and the gradient's
+16-bit copy, are replayed from CUDA graphs: the same functions (``_forward_body``,
+``_backward_body``) run eagerly or captured, so both give the same bits.
 """
 from __future__ import annotations
 
@@ -23,10 +28,12 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..format import MEBCRS
+from ..tensor_cache import tensor_version
 from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .precision import check_precision, half_storage, kernel_operands
+from .replay import Configuration, NodeReplay, Slot
 from .spmm import _spmm, spmm
 
 
@@ -70,22 +77,19 @@ def _product(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.mm(a, b).to(dtype)
 
 
-def _bias_gradient(grad: Tensor, bias_dtype: torch.dtype | None,
-                   dtype: torch.dtype | None) -> tuple[Tensor | None, Tensor]:
+def _bias_gradient(grad: Tensor, bias_dtype: torch.dtype | None, dtype: torch.dtype | None,
+                   out: Tensor | None = None) -> tuple[Tensor | None, Tensor]:
     """(the bias gradient: grad's column sums in ``bias_dtype``, None without it; grad in
-    ``dtype``, as it is without). One kernel on CUDA for an fp32 grad going to 16 bits."""
+    ``dtype``, as it is without, written into ``out`` when given). One kernel on CUDA for an
+    fp32 grad going to 16 bits."""
     if bias_dtype is not None and grad.is_cuda and grad.dtype == torch.float32 and dtype in (torch.float16,
                                                                                               torch.bfloat16):
-        grad_16, sums = cast_and_sum_columns_cuda(grad, dtype)
+        grad_16, sums = cast_and_sum_columns_cuda(grad, dtype, out)
         return sums.to(bias_dtype), grad_16
-    return (None if bias_dtype is None else grad.sum(0).to(bias_dtype)), (grad if dtype is None else grad.to(dtype))
-
-
-def _spmm_input(feat: Tensor, precision: str, dtype: torch.dtype) -> Tensor:
-    """``feat`` as the SpMM should read it when its result feeds a product in ``dtype``: cast
-    to ``dtype`` first when that is the SpMM's storage type (it rounds to it anyway, and then
-    writes its result in it: no cast of the aggregate)."""
-    return feat.to(dtype) if dtype == half_storage(precision) else feat
+    grad_bias = None if bias_dtype is None else grad.sum(0).to(bias_dtype)
+    if out is not None:
+        return grad_bias, out.copy_(grad)
+    return grad_bias, (grad if dtype is None else grad.to(dtype))
 
 
 def _projects_first(weight: Tensor | None) -> bool:
@@ -95,65 +99,113 @@ def _projects_first(weight: Tensor | None) -> bool:
 
 class _GraphConv(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision):
+    def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision, replay):
+        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
         dtype = _dense_dtype(feat) if weight is not None else feat.dtype
-        w = None if weight is None else weight.to(dtype)
         project_first = _projects_first(weight)
-        if project_first:
-            saved = feat.to(dtype)
-            out = _spmm(*pattern, values, torch.mm(saved, w), shape[0], k, precision, False, *NO_TRANSPOSE)
+        slot = None if replay is None else replay[1]
+        if slot is not None:
+            slot.input.copy_(feat)
+            slot.forward_graph.replay()
+            out, saved, w = (None if t is None else t.detach() for t in slot.outputs)
         else:
-            x = _spmm_input(feat, precision, dtype)
-            out = saved = _spmm(*pattern, values, x, shape[0], k, precision, x.dtype == torch.float32,
-                                *NO_TRANSPOSE).to(dtype)
-        if w is not None and not project_first:
-            out = _project(saved, w, bias)
-        elif bias is not None:
-            out = out + bias
+            x = feat.to(_input_dtype(feat.dtype, precision, dtype, project_first))
+            out, saved, w = _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
+                                          project_first)
         ctx.save_for_backward(saved, w, values, *transposed)
-        ctx.project_first, ctx.shape, ctx.k, ctx.precision = project_first, shape, k, precision
+        ctx.project_first, ctx.shape, ctx.k, ctx.precision, ctx.replay = project_first, shape, k, precision, replay
         ctx.dtypes = feat.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        saved, w, values, t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = ctx.saved_tensors
-        need_feat, need_weight, need_bias = ctx.needs_input_grad[:3]
-        feat_dtype, weight_dtype, bias_dtype = ctx.dtypes
-        # the product's gradients run in its dtype
-        grad_bias, grad = _bias_gradient(grad, bias_dtype if need_bias else None, None if w is None else w.dtype)
-        grad_feat = grad_weight = None
+        saved, w, values, *transposed = ctx.saved_tensors
+        need_bias = ctx.needs_input_grad[2]
+        bias_dtype = ctx.dtypes[2] if need_bias else None
+        slot = None if ctx.replay is None else ctx.replay[1]
+        if slot is not None and slot.replays_backward():
+            # the product's gradients run in its dtype
+            grad_bias, _ = _bias_gradient(grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input)
+            slot.backward_graph.replay()
+            grad_feat, grad_weight = (None if g is None else g.detach() for g in slot.grads)
+        else:
+            grad_bias, grad = _bias_gradient(grad, bias_dtype, None if w is None else w.dtype)
+            need_t = ctx.needs_input_grad[0] or (ctx.project_first and ctx.needs_input_grad[1])
+            values_t = _values_t(values, transposed) if need_t else None
+            grad_feat, grad_weight = _backward_body(grad, saved, w, values_t, transposed, ctx.shape, ctx.k,
+                                                    ctx.precision, ctx.project_first, ctx.needs_input_grad[:2],
+                                                    ctx.dtypes[:2])
+            if ctx.replay is not None:
+                ctx.replay[0].backward_warm = True
+        return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
 
-        def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
-            """A^T g in ``out_dtype``."""
-            values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
-            return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(ctx.precision, g),
-                         ctx.shape[1], ctx.k, ctx.precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
 
-        if ctx.project_first:  # out = A (X W): d(XW) = A^T dOut
-            if need_feat or need_weight:
-                d_xw = propagate_back(grad, w.dtype)
-                grad_weight = _product(saved.t(), d_xw, weight_dtype) if need_weight else None
-                grad_feat = _product(d_xw, w.t(), feat_dtype) if need_feat else None
-        else:  # out = (A X) W, or A X without weight
-            if w is not None and need_weight:
-                grad_weight = _product(saved.t(), grad, weight_dtype)
-            if need_feat:
-                grad_feat = propagate_back(grad if w is None else torch.mm(grad, w.t()), feat_dtype)
-        return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None
+def _input_dtype(feat_dtype: torch.dtype, precision: str, dtype: torch.dtype, project_first: bool) -> torch.dtype:
+    """The dtype the forward's first kernel reads the features in: the product's ``dtype``
+    when W multiplies first; else the SpMM's storage type when that is ``dtype`` (the SpMM
+    rounds to it anyway, and then writes its result in it: no cast of the aggregate)."""
+    return dtype if project_first or dtype == half_storage(precision) else feat_dtype
+
+
+def _forward_body(x: Tensor, weight: Tensor | None, bias: Tensor | None, values: Tensor, pattern: tuple,
+                  shape: tuple, k: int, precision: str, dtype: torch.dtype, project_first: bool) -> tuple:
+    """(out, the tensor the backward multiplies by (X W's X, or A X), W in ``dtype``) from x,
+    the features in ``_input_dtype``."""
+    w = None if weight is None else weight.to(dtype)
+    if project_first:
+        out = _spmm(*pattern, values, torch.mm(x, w), shape[0], k, precision, False, *NO_TRANSPOSE)
+        return (out if bias is None else out + bias), x, w
+    saved = _spmm(*pattern, values, x, shape[0], k, precision, x.dtype == torch.float32, *NO_TRANSPOSE).to(dtype)
+    if w is not None:
+        return _project(saved, w, bias), saved, w
+    return (saved if bias is None else saved + bias), saved, w
+
+
+def _values_t(values: Tensor, transposed: list) -> Tensor:
+    """A^T's values (cached while ``values`` lives unchanged)."""
+    return transposed_values(values, transposed[1], transposed[3], transposed[4], cache=True)
+
+
+def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values_t: Tensor | None, transposed: list,
+                   shape: tuple, k: int, precision: str, project_first: bool, needs: tuple, dtypes: tuple) -> tuple:
+    """(grad_feat, grad_weight), None where not ``needs``, from the output's gradient in the
+    product's dtype; ``dtypes``: the features' and the weight's."""
+    need_feat, need_weight = needs
+    feat_dtype, weight_dtype = dtypes
+    t_row_ptr, t_col_idx, t_vec_mask = transposed[:3]
+
+    def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
+        """A^T g in ``out_dtype``."""
+        return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(precision, g), shape[1], k,
+                     precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
+
+    grad_feat = grad_weight = None
+    if project_first:  # out = A (X W): d(XW) = A^T dOut
+        if need_feat or need_weight:
+            d_xw = propagate_back(grad, w.dtype)
+            grad_weight = _product(saved.t(), d_xw, weight_dtype) if need_weight else None
+            grad_feat = _product(d_xw, w.t(), feat_dtype) if need_feat else None
+    else:  # out = (A X) W, or A X without weight
+        if w is not None and need_weight:
+            grad_weight = _product(saved.t(), grad, weight_dtype)
+        if need_feat:
+            grad_feat = propagate_back(grad if w is None else torch.mm(grad, w.t()), feat_dtype)
+    return grad_feat, grad_weight
 
 
 def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-               precision: str = "fp32", *, values: Tensor | None = None) -> Tensor:
+               precision: str = "fp32", *, values: Tensor | None = None, replay: NodeReplay | None = None) -> Tensor:
     """``A (feat W) + bias`` when W has more rows than columns, else ``(A feat) W + bias``.
 
     a: MEBCRS [N, M]; feat [M, F_in] float16/bfloat16/float32/float64; weight [F_in, F_out] or
     None (no projection); bias [F_out] (or [F_in] without weight) or None; values: A's values
-    in its value layout to use instead of ``a.values``. The SpMM runs in ``precision`` (fp32
-    accumulation), the projection in autocast's dtype when autocast is on, else in feat's.
-    Returns [N, F_out]. Differentiable once in feat, weight and bias (in values too, through the
-    composed ops, when they require a gradient).
+    in its value layout to use instead of ``a.values``; replay: the calling layer's
+    ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (``ops.replay``;
+    the same bits). The SpMM runs in ``precision`` (fp32 accumulation), the projection in
+    autocast's dtype when autocast is on, else in feat's. Returns [N, F_out]. Differentiable
+    once in feat, weight and bias (in values too, through the composed ops, when they require
+    a gradient).
     """
     check_precision(precision)
     values = a.values if values is None else values
@@ -168,8 +220,44 @@ def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tens
     # no transpose at all)
     need_t = torch.is_grad_enabled() and (feat.requires_grad or (
         weight is not None and weight.requires_grad and _projects_first(weight)))
-    return _GraphConv.apply(feat, weight, bias, values, pattern_args(a), transpose_args(a, need_t),
-                            (a.n_rows, a.n_cols), a.k, precision)
+    args = (feat, weight, bias, values, pattern_args(a), transpose_args(a, need_t), (a.n_rows, a.n_cols), a.k,
+            precision)
+    plan = None
+    if replay is not None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
+        plan = _replay_plan(replay, a, *args)
+    return _GraphConv.apply(*args, plan)
+
+
+def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None,
+                 values: Tensor, pattern: tuple, transposed: tuple, shape: tuple, k: int,
+                 precision: str) -> tuple[Configuration, Slot | None]:
+    """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
+    dtype = _dense_dtype(feat) if weight is not None else feat.dtype
+    grad = torch.is_grad_enabled()
+    needs = tuple(grad and t is not None and t.requires_grad for t in (feat, weight, bias))
+    key = (id(a), id(values), tensor_version(values), id(weight), 0 if weight is None else weight.data_ptr(),
+           id(bias), 0 if bias is None else bias.data_ptr(), feat.shape, feat.dtype, dtype, precision, needs,
+           transposed[0] is not None, torch._C._cuda_getCurrentRawStream(feat.device.index))
+    config = replay.configuration(key, (a, values, weight, bias))
+    project_first = _projects_first(weight)
+
+    def forward(x: Tensor) -> tuple:
+        return _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype, project_first)
+
+    def make() -> Slot:
+        x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
+        return Slot(torch.empty(feat.shape, dtype=x_dtype, device=feat.device), forward)
+
+    def make_backward(slot: Slot) -> None:
+        out, saved, w = slot.outputs
+        values_t = _values_t(values, transposed) if needs[0] or (project_first and needs[1]) else None
+        weight_dtype = None if weight is None else weight.dtype
+        slot.capture_backward(
+            torch.empty(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device),
+            lambda g: _backward_body(g, saved, w, values_t, transposed, shape, k, precision, project_first,
+                                     needs[:2], (feat.dtype, weight_dtype)))
+
+    return config, config.forward_slot(make, make_backward if any(needs) else None)
 
 
 def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None, precision: str,
@@ -178,7 +266,8 @@ def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | Non
     if _projects_first(weight):
         out = spmm(a, feat @ weight, precision, values=values)
     elif weight is not None:
-        out = spmm(a, _spmm_input(feat, precision, _dense_dtype(feat)), precision, values=values) @ weight
+        x = feat.to(_input_dtype(feat.dtype, precision, _dense_dtype(feat), False))
+        out = spmm(a, x, precision, values=values) @ weight
     else:
         out = spmm(a, feat, precision, values=values)
     return out if bias is None else out + bias

@@ -1,0 +1,170 @@
+"""An autograd node's kernels replayed from CUDA graphs, one configuration at a time.
+
+On graphs of up to a few million edges an eager layer step costs the host several times what
+it costs the GPU: every op is a trip through Python, torch's dispatcher and the driver
+(BENCHMARKS.md, session 32: a GCN layer step on musae_github, 0.83 ms eager, 0.31 ms
+replayed). An op given a ``NodeReplay`` runs each pass as an entry, run eagerly, which reads
+what the caller passes (the features; the incoming gradient) into a static buffer, and a body,
+captured in a CUDA graph and replayed, which reads only static buffers and tensors the
+configuration keeps alive (parameters, the sparse format) and writes static buffers: two host
+calls a pass instead of one per op, and the eager kernels' bits.
+
+A configuration (the op's key: the identities of the tensors its body reads, shapes, dtypes,
+precision, which gradients are needed, device and stream) is captured on its second call, the
+first having filled every lazy cache eagerly; its backward once an eager backward of it ran.
+
+Static tensors leave a replayed node only as aliases (``detach()``), so their storages' use
+counts tell whether anything else holds them: an output the caller keeps, the saved tensors of
+a forward whose backward has not run, a gradient AccumulateGrad kept as ``.grad``. A replay
+overwrites what its graph writes, so it runs only while no one else holds any of that;
+otherwise the call takes another slot (graphs and buffers of its own: ``out = model(x)`` still
+holds the last step's output while the next forward runs) or, with every slot busy, runs
+eagerly. Inside a capture of the caller's own (``cuda_graphs``) and in inference mode, the op
+runs eagerly.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+SLOTS = 2  # per configuration: the step in flight and the one before it
+CONFIGURATIONS = 3  # per NodeReplay (training, evaluation, one more); the least recently used goes first
+AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
+
+_use_count = torch._C._storage_Use_Count
+
+
+def capture(body: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object]:
+    """(a CUDA graph of ``body()``'s kernels, what ``body()`` returned: its tensors, in the
+    graph's own memory pool, are what each replay writes). Autograd and autocast's cast cache
+    are off during the capture; other threads may use the GPU meanwhile."""
+    graph = torch.cuda.CUDAGraph()
+    device = "cuda"
+    with torch.no_grad(), torch.autocast(device, enabled=torch.is_autocast_enabled(device),
+                                         dtype=torch.get_autocast_dtype(device), cache_enabled=False), \
+            torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        result = body()
+    return graph, result
+
+
+class Statics:
+    """Static tensors, and whether anything besides their owner holds their storage."""
+
+    def __init__(self, *tensors: Tensor | None):
+        storages = {}
+        for t in tensors:
+            if t is not None:
+                s = t.untyped_storage()  # kept: the Python storage's own reference stays counted
+                storages.setdefault(s._cdata, s)
+        self._storages = list(storages.values())
+        self._counts = [(c, _use_count(c)) for c in storages]
+
+    def held_elsewhere(self) -> bool:
+        """Whether a tensor other than the owner's shares one of the storages."""
+        return any(_use_count(c) > n for c, n in self._counts)
+
+
+class Slot:
+    """One configuration's static buffers and graphs: ``input`` (written by the forward's entry),
+    the forward body's ``outputs``; after ``capture_backward``, ``grad_input`` (written by the
+    backward's entry) and the backward body's ``grads``."""
+
+    def __init__(self, input: Tensor, body: Callable[[Tensor], tuple]):
+        self.input = input
+        self.forward_graph, self.outputs = capture(lambda: body(input))
+        self.forward_statics = Statics(input, *self.outputs)
+        self.grad_input = self.backward_graph = self.grads = self.backward_statics = None
+
+    def capture_backward(self, grad_input: Tensor, body: Callable[[Tensor], tuple]) -> None:
+        self.backward_graph, self.grads = capture(lambda: body(grad_input))
+        self.grad_input = grad_input
+        self.backward_statics = Statics(grad_input, *self.grads)
+
+    def replays_backward(self) -> bool:
+        """Whether a backward of this slot's forward can replay (else it runs eagerly)."""
+        return self.backward_graph is not None and not self.backward_statics.held_elsewhere()
+
+
+class Configuration:
+    """One key's state: calls seen, whether an eager backward ran, its slots. ``keep`` holds the
+    objects whose ``id`` the key has, so that no other object takes their ids."""
+
+    def __init__(self, keep: tuple):
+        self.keep = keep
+        self.calls = 0
+        self.backward_warm = False
+        self.failed = False
+        self.slots: list[Slot] = []
+
+    def forward_slot(self, make: Callable[[], Slot], make_backward: Callable[[Slot], None] | None) -> Slot | None:
+        """A slot to replay this call's forward on, or None to run it eagerly: the first call
+        runs eagerly; later ones take a slot nothing else holds, capturing a new one (``make``)
+        while there are fewer than SLOTS. ``make_backward(slot)`` captures the slot's backward
+        once an eager backward has run (None: no backward is needed)."""
+        self.calls += 1
+        if self.calls == 1 or self.failed:
+            return None
+        slot = next((s for s in self.slots if not s.forward_statics.held_elsewhere()), None)
+        try:
+            if slot is None and len(self.slots) < SLOTS:
+                slot = make()
+                self.slots.append(slot)
+            if slot is not None and make_backward is not None and self.backward_warm and slot.backward_graph is None:
+                make_backward(slot)
+        except RuntimeError as e:  # a kernel that cannot be captured: this configuration stays eager
+            self.failed = True
+            warnings.warn(f"flashgnn: capturing a layer's kernels in a CUDA graph failed, it runs eagerly: {e}")
+            return None
+        return slot
+
+
+class NodeReplay:
+    """The replay state an op keeps for one layer: its configurations, least recently used
+    dropped first. ``enabled``: True replays every CUDA call it can, False none, None those on
+    sparse matrices of at most AUTO_MAX_NONZEROS nonzeros. A copy (``copy.deepcopy``, pickling)
+    starts empty."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = enabled
+        self._configurations: OrderedDict[tuple, Configuration] = OrderedDict()
+
+    def applies(self, x: Tensor, nnz: int) -> bool:
+        """Whether a call on CUDA tensor ``x`` and a sparse matrix of ``nnz`` nonzeros replays."""
+        if self.enabled is False or not x.is_cuda or (self.enabled is None and nnz > AUTO_MAX_NONZEROS):
+            return False
+        return not torch.is_inference_mode_enabled() and not torch.cuda.is_current_stream_capturing()
+
+    def configuration(self, key: tuple, keep: tuple) -> Configuration:
+        config = self._configurations.get(key)
+        if config is None:
+            config = self._configurations[key] = Configuration(keep)
+            if len(self._configurations) > CONFIGURATIONS:
+                self._configurations.popitem(last=False)
+        else:
+            self._configurations.move_to_end(key)
+        return config
+
+    def graphs(self) -> tuple[int, int]:
+        """(forward graphs, backward graphs) captured in the configurations kept."""
+        slots = [s for c in self._configurations.values() for s in c.slots]
+        return len(slots), sum(s.backward_graph is not None for s in slots)
+
+    def clear(self) -> None:
+        """Drop every configuration (their graphs and buffers go once no pending backward holds a slot)."""
+        self._configurations.clear()
+
+    def __deepcopy__(self, memo) -> NodeReplay:
+        return NodeReplay(self.enabled)
+
+    def __getstate__(self) -> dict:
+        return {"enabled": self.enabled}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["enabled"])
+
+    def __repr__(self) -> str:
+        return f"NodeReplay(enabled={self.enabled}, configurations={len(self._configurations)})"

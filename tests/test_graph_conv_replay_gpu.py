@@ -1,0 +1,182 @@
+"""Graph convolution replayed from CUDA graphs (``ops.replay``) against the same layer run
+eagerly: the same bits in every precision and product order, and no replay over anything a
+caller, a pending backward or a parameter's ``.grad`` still holds."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from flashgnn.cuda_graphs import graphed
+from flashgnn.nn import GCNConv
+from flashgnn.training.precision import precision_scope
+from tests.helpers import GPU
+from tests.test_nn_layers import random_graph
+
+pytestmark = GPU
+
+
+def pair(in_feats: int, out_feats: int, bias: bool = True, norm: str = "both"):
+    """(eager layer, replayed layer) with the same parameters, on the GPU."""
+    eager = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=False).cuda()
+    replayed = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=True).cuda()
+    replayed.load_state_dict(eager.state_dict())
+    if bias:  # a non-zero bias, so that its gradient and addition show
+        with torch.no_grad():
+            eager.bias.uniform_(-1, 1)
+            replayed.bias.copy_(eager.bias)
+    return eager, replayed
+
+
+def step(layer, graph, x, proj, precision):
+    """Output and the gradients of sum(out * proj) with respect to x and every parameter, copied."""
+    with precision_scope(precision, x.device):
+        out = layer(graph, x)
+        grads = torch.autograd.grad(out, [x, *layer.parameters()], proj)
+    return [out.detach().clone(), *(g.clone() for g in grads)]
+
+
+@pytest.fixture
+def graph():
+    return random_graph(500, 0.02, np.random.default_rng(7), symmetric=False).to("cuda")
+
+
+def assert_equal(got, want):
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+# 48 -> 48: (A X) W; 64 -> 16: A (X W)
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("features", [(48, 48), (64, 16)], ids=["aggregate-first", "project-first"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_replay_gives_the_eager_bits(graph, precision, features, bias):
+    eager, replayed = pair(*features, bias)
+    x = torch.randn(graph.num_nodes, features[0], device="cuda", requires_grad=True)
+    for i in range(4):
+        proj = torch.randn(graph.num_nodes, features[1], device="cuda")
+        assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
+    assert replayed.replay.graphs() == (1, 1) and eager.replay.graphs() == (0, 0)
+
+
+def test_training_with_an_optimizer_matches_eager(graph):
+    """Weights updated in place between steps: each replay reads the current weights; .grad
+    set to None by zero_grad releases the gradient buffers for the next replay."""
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda")
+    target = torch.randn(graph.num_nodes, 48, device="cuda")
+    for layer in (eager, replayed):
+        opt = torch.optim.Adam(layer.parameters(), lr=0.01)
+        for _ in range(6):
+            opt.zero_grad()
+            with precision_scope("fp16", x.device):
+                loss = ((layer(graph, x) - target) ** 2).mean()
+            loss.backward()
+            opt.step()
+    assert_equal(list(replayed.parameters()), list(eager.parameters()))
+    assert replayed.replay.graphs() == (1, 1)
+
+
+def test_an_output_held_across_the_next_forward_keeps_its_values(graph):
+    """``out = layer(g, x)`` in a loop holds the last output while the next forward runs:
+    that call takes a second slot, and the held output is never overwritten."""
+    eager, replayed = pair(48, 48)
+    xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(5)]
+    held = []
+    for x in xs:
+        out = replayed(graph, x)
+        held.append((out, out.clone()))
+    for (out, copy_), x in zip(held, xs):
+        assert torch.equal(out, copy_) and torch.equal(out, eager(graph, x))
+    assert replayed.replay.graphs()[0] == 2
+
+
+def test_two_forwards_before_one_backward(graph):
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+    xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(2)]
+    results = []
+    for layer in (eager, replayed):
+        for _ in range(4):  # captured by then
+            y = layer(graph, x * 1.5) + layer(graph, x) * 2 + sum(layer(graph, z) for z in xs)
+            grads = torch.autograd.grad(y.sum(), [x, *layer.parameters()])
+        results.append([y.detach(), *grads])
+    assert_equal(results[1], results[0])
+
+
+def test_gradients_kept_by_the_caller_are_not_overwritten(graph):
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+    kept = []
+    for i in range(5):
+        proj = torch.randn(graph.num_nodes, 48, device="cuda")
+        grads = torch.autograd.grad(replayed(graph, x), [x, replayed.weight], proj)
+        kept.append((grads, [g.clone() for g in grads], proj))
+    for grads, copies, proj in kept:
+        assert_equal(grads, copies)
+        assert_equal(grads, torch.autograd.grad(eager(graph, x), [x, eager.weight], proj))
+
+
+def test_gradient_accumulation_without_zero_grad(graph):
+    """AccumulateGrad keeps a replayed backward's gradient as .grad (an alias of the slot's
+    buffer): later backward passes that add to it must not replay over it."""
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda")
+    results = []
+    for layer in (eager, replayed):
+        feat = x.clone().requires_grad_()
+        for _ in range(3):  # captured, with .grad set to None before each backward
+            layer.zero_grad()
+            feat.grad = None
+            layer(graph, feat).square().sum().backward()
+        for _ in range(3):
+            layer(graph, feat).square().sum().backward()
+        results.append([layer.weight.grad, layer.bias.grad, feat.grad])
+    assert_equal(results[1], results[0])
+    assert replayed.replay.graphs() == (1, 1)
+
+
+def test_evaluation_between_training_steps_and_retained_graphs(graph):
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+    for _ in range(4):
+        got, want = [], []
+        for layer, into in ((eager, want), (replayed, got)):
+            with torch.no_grad():
+                into.append(layer(graph, x).clone())
+            y = layer(graph, x).sum()
+            into.extend(g.clone() for g in torch.autograd.grad(y, [x, layer.weight], retain_graph=True))
+            into.extend(g.clone() for g in torch.autograd.grad(y * 3, [x, layer.bias]))
+        assert_equal(got, want)
+    assert replayed.replay.graphs() == (2, 1)  # a training and an evaluation configuration
+
+
+def test_new_edge_weights_or_parameters_are_new_configurations(graph):
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda")
+    for i in range(3):
+        w = torch.rand(graph.num_edges, device="cuda") + 0.5
+        for _ in range(3):
+            assert torch.equal(replayed(graph, x, edge_weight=w), eager(graph, x, edge_weight=w))
+    replayed.weight.data = replayed.weight.data * 2  # a new storage behind the same parameter
+    eager.weight.data = eager.weight.data * 2
+    for _ in range(3):
+        assert torch.equal(replayed(graph, x), eager(graph, x))
+
+
+def test_inside_a_captured_step_and_after_a_deepcopy(graph):
+    eager, replayed = pair(48, 48)
+    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+    proj = torch.randn(graph.num_nodes, 48, device="cuda")
+    want = step(eager, graph, x, proj, "fp16")
+    for _ in range(3):
+        step(replayed, graph, x, proj, "fp16")
+    captured = graphed(lambda: step(replayed, graph, x, proj, "fp16"))  # the layer runs eagerly inside
+    assert_equal(captured(), want)
+    twin = copy.deepcopy(replayed)
+    # the captured step's eager warm-up calls run on its own stream: a configuration of their own
+    assert twin.replay.graphs() == (0, 0) and replayed.replay.graphs() == (2, 2)
+    for _ in range(3):
+        assert_equal(step(twin, graph, x, proj, "fp16"), want)
