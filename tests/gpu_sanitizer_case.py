@@ -10,7 +10,8 @@ nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction 
 both in one call, with 4 and 8 features per lane, each segment taken by one warp or split 2 or
 4 ways; the fp32 SpMM in each of its variants, fp32 and tf32, and the lane-per-vector fp32
 SDDMM on both paths; SpMM and SDDMM run with their segments in both orders (longest first,
-and by column as on long-row graphs); graph convolution's fp16 backward (the column-sums kernel).
+and by column as on long-row graphs); graph convolution's fp16 backward (the column-sums kernel);
+graph convolution and AGNN replayed from CUDA graphs.
 """
 import os
 import sys
@@ -25,6 +26,7 @@ from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
+from flashgnn.ops.replay import NodeReplay  # noqa: E402
 from flashgnn.ops.score_terms import score_terms  # noqa: E402
 
 
@@ -97,6 +99,17 @@ def main() -> None:
         with torch.autocast("cuda", dtype=torch.float16):
             out = ops.graph_conv(adj, *leaves, "fp16")
         out.sum().backward()
+    # both layers' ops replayed from CUDA graphs (ops.replay): eager, captured, then replayed
+    gcn_replay, agnn_replay = NodeReplay(True), NodeReplay(True)
+    leaves = [torch.randn(*shape, device="cuda", requires_grad=True) for shape in ((300, 33), (33, 40), (40,))]
+    x = torch.randn(300, 33, device="cuda", requires_grad=True)
+    beta = torch.tensor([0.8], device="cuda", requires_grad=True)
+    for _ in range(4):
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = ops.graph_conv(adj, *leaves, "fp16", replay=gcn_replay)
+        out.sum().backward()
+        ops.agnn_propagate(adj, x, beta, "fp16", replay=agnn_replay).sum().backward()
+    assert gcn_replay.graphs() == agnn_replay.graphs() == (1, 1)
     # GAT's score terms: several blocks per head in the backward, a last warp of a head not full
     for dtype, terms_per_head, f_dim in ((torch.float16, 2, 33), (torch.float32, 1, 7)):
         attn = torch.randn(3, terms_per_head, f_dim, device="cuda")

@@ -207,3 +207,21 @@ def test_rounds_option_gives_the_same_rows(tmp_path, data_dir):
         assert r["error"] == "" and float(r["ms"]) > 0 and float(r["wall_ms"]) > 0
         if r["impl"] == "flashgnn":
             assert 0 <= float(r["rel_err"]) <= ERROR_BOUND[r["precision"]]
+
+
+def test_eager_rows_where_a_layer_replays_its_kernels():
+    rows = layer_bench.implementations(["edge_index"], ["fp32", "fp16"], True, eager=True)
+    assert [r for r in rows if r[0].startswith("flashgnn")] == [
+        ("flashgnn", "fp32", None), ("flashgnn", "fp16", None),
+        (layer_bench.EAGER, "fp32", None), (layer_bench.EAGER, "fp16", None)]
+    assert all(r[0] != layer_bench.EAGER for r in layer_bench.implementations([], ["fp32"], False))
+    from flashgnn.models import GCN
+    from flashgnn.nn import GCNConv, set_replay
+    from flashgnn.graph import Graph
+
+    model = GCN(4, 8, 3, num_layers=2)
+    graph = Graph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), 2)
+    x = torch.randn(2, 4)
+    assert not layer_bench.replays(model, x, graph)  # a CPU tensor: no CUDA graphs
+    convs = [m for m in set_replay(model, False).modules() if isinstance(m, GCNConv)]
+    assert len(convs) == 2 and all(c.replay.enabled is False for c in convs)

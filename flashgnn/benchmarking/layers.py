@@ -29,7 +29,10 @@ PyG inputs ("impl" names the path):
                       first warm-up call and reused, as flashgnn reuses its normalised values.
   PyG edge_index:     edge_index [2, E] on the device (gather / scatter message passing); the
                       only input AGNNConv can use, as its messages need both end points.
-Every PyG layer has add_self_loops=False (the graph has them). speedup = the fastest PyG
+Every PyG layer has add_self_loops=False (the graph has them).
+flashgnn's GCNConv and AGNNConv replay their kernels from CUDA graphs on graphs of up to 4M
+nonzeros (``ops.replay``, on by default there: the "flashgnn" rows); on such a graph the
+"flashgnn eager" rows time the same layers with the replay off. speedup = the fastest PyG
 fp32 step time of that layer and graph / step time. peak MB: device memory allocated at the
 peak of the timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
 implementation's adjacency or format plus the call's working memory. prep ms: building that
@@ -62,6 +65,7 @@ from .. import nn as fnn
 from ..cuda_graphs import graphed
 from ..graph import Graph
 from ..ops import PRECISIONS
+from ..ops.replay import NodeReplay, set_replay
 from ..precision_context import block_width
 from ..training.loop import prepare_graph
 from ..training.precision import precision_scope
@@ -204,10 +208,22 @@ def pyg_adjacency(graph: Graph, path: str) -> torch.Tensor:
     raise ValueError(f"unknown PyG input {path!r}")
 
 
-def implementations(pyg_paths, precisions: list[str], with_pyg: bool) -> list[tuple[str, str, str | None]]:
-    """(impl label, precision, PyG input path or None for flashgnn) of every row to time."""
+EAGER = "flashgnn eager"
+
+
+def implementations(pyg_paths, precisions: list[str], with_pyg: bool,
+                    eager: bool = False) -> list[tuple[str, str, str | None]]:
+    """(impl label, precision, PyG input path or None for flashgnn) of every row to time; with
+    ``eager`` also flashgnn's rows with the layers' kernel replay off (``EAGER``)."""
     runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
-    return runs + [("flashgnn", p, None) for p in precisions]
+    return runs + [(impl, p, None) for impl in ("flashgnn", EAGER)[:1 + eager] for p in precisions]
+
+
+def replays(module: nn.Module, x: torch.Tensor, graph: Graph) -> bool:
+    """Whether a layer of ``module`` replays its kernels from CUDA graphs on features ``x``
+    and ``graph`` (``ops.replay``)."""
+    return any(isinstance(r := getattr(m, "replay", None), NodeReplay) and r.applies(x, graph.num_edges)
+               for m in module.modules())
 
 
 def module_and_graph(module: nn.Module, graph: Graph, precision: str, path: str | None, cached: bool):
@@ -281,6 +297,10 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
             for i, (row, _) in enumerate(entries):
                 if steps[i] is None:
                     continue
+                # the last round's output is kept for the error; dropped here, so that a step
+                # is timed as a loop that holds only its latest output (``ops.replay``: a layer
+                # replaying its kernels has two slots, and an output held pins one)
+                results[i] = None
                 try:
                     m = timer(steps[i])
                     if wall:
@@ -450,11 +470,11 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
         proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
         entries = []
-        for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
-            def prepare(layer=layer, precision=precision, path=path):
+        for impl, precision, path in implementations(pyg_paths, precisions, with_pyg, replays(layer, x, graph)):
+            def prepare(layer=layer, precision=precision, path=path, impl=impl):
                 module, g = module_and_graph(layer, graph, precision, path and path.split()[0],
                                              cached=path is not None and "cached" in path)
-                return fwd_bwd(module, g, x, proj, precision)
+                return fwd_bwd(set_replay(module, False) if impl == EAGER else module, g, x, proj, precision)
 
             entries.append((ModelRow(name, model, impl, precision), prepare))
         ref = None

@@ -3,5 +3,6 @@ from .agnn_conv import AGNNConv
 from .gat_conv import GATConv
 from .gcn_conv import GCNConv
 from .graph_input import ZeroInDegreeError
+from ..ops.replay import set_replay
 
-__all__ = ["GCNConv", "AGNNConv", "GATConv", "ZeroInDegreeError"]
+__all__ = ["GCNConv", "AGNNConv", "GATConv", "ZeroInDegreeError", "set_replay"]

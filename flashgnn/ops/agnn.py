@@ -5,7 +5,10 @@ The same maths as composing ``sddmm``, ``edge_softmax`` and ``spmm`` (the path t
 compiling), with the backward written out: every operand is converted to the kernels' type
 once, beta is applied inside the softmax kernel, and no intermediate autograd node is built.
 On a graph of a few hundred thousand edges the composition spends most of its time on the
-host, so this halves a layer's time there.
+host, so this halves a layer's time there. Given a layer's ``NodeReplay`` (``ops.replay``),
+the forward's and the backward's kernels, after a copy of their input into a static buffer,
+are replayed from CUDA graphs: the same functions (``_forward_body``, ``_backward_body``) run
+eagerly or captured, so both give the same bits.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ._autograd import tracing
 from ._pattern import check_dense, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
+from .replay import Configuration, NodeReplay, Slot
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
 from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
@@ -29,58 +33,86 @@ NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it (kernels/r
 
 class _Propagate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision):
-        unit_k, feat_k, norm = _normalize(feat, precision)
-        if feat_dst is None:  # the destinations are the first n_rows sources
-            unit_dst_k, norm_dst = unit_k[:n_rows], None
+    def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision, replay):
+        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
+        slot = None if replay is None else replay[1]
+        if slot is not None:
+            out, *saved = slot.replay_forward(feat)
         else:
-            unit_dst_k, _, norm_dst = _normalize(feat_dst, precision, with_feat=False)
-        cos = _sddmm(*pattern, unit_dst_k, unit_k, k, precision, *NO_TRANSPOSE)
-        prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
-        wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
-        out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
-        ctx.save_for_backward(feat, feat_k, feat_dst, beta, unit_k, unit_dst_k, norm, norm_dst, cos, prob,
-                              *pattern, *transposed)
-        ctx.n_rows, ctx.k, ctx.precision = n_rows, k, precision
-        return out.to(feat.dtype)
+            out, *saved = _forward_body(feat, feat_dst, beta, pattern, n_rows, k, precision)
+        ctx.save_for_backward(*saved, feat_dst, beta, *pattern, *transposed)
+        ctx.n_rows, ctx.k, ctx.precision, ctx.replay = n_rows, k, precision, replay
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        feat, feat_k, feat_dst, beta, unit_k, unit_dst_k, norm, norm_dst, cos, prob, *rest = ctx.saved_tensors
-        pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
-        transposed = (t_row_ptr, t_col_idx, t_vec_mask)
-        n_rows, n_cols, k, precision = ctx.n_rows, feat.shape[0], ctx.k, ctx.precision
-        wide = feat.dtype != torch.float64
-        (grad_k,) = kernel_operands(precision, grad)
-        # out = P @ X: dP = SDDMM(dOut, X)
-        d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *NO_TRANSPOSE)
-        # P = softmax(beta * cos)
-        d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
-        del d_prob  # slot-sized temporaries are freed as soon as they are used (GBs on large graphs)
-        grad_beta = torch.dot(d_scores, cos).reshape(1).to(beta.dtype) if ctx.needs_input_grad[2] else None
-        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
-            return None, None, grad_beta, None, None, None, None, None
-        # dX = P^T @ dOut + the path through cos
-        prob_t = transposed_values(prob, t_col_idx, t_perm, t_src)
-        d_feat = _spmm(*transposed, prob_t, grad_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
-        del prob_t
-        # cos = SDDMM(U_dst, U): dU = dcos^T @ U_dst, dU_dst = dcos @ U
-        d_cos = d_scores * beta
-        del d_scores
-        d_unit_dst = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
-        d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
-        del d_cos
-        d_unit = _spmm(*transposed, d_cos_t, unit_dst_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
-        del d_cos_t
-        grad_dst = None
-        if feat_dst is not None and ctx.needs_input_grad[1]:
-            grad_dst = _normalize_backward(feat_dst, norm_dst, d_unit_dst, torch.zeros_like(d_unit_dst))
-            grad_dst = grad_dst.to(feat_dst.dtype)
-        # U = X / max(|X|, eps); without feat_dst, U_dst is U's first rows
-        d_feat = _normalize_backward(feat, norm, d_unit, d_feat, d_unit_dst if feat_dst is None else None)
-        del d_unit_dst
-        return d_feat.to(feat.dtype), grad_dst, grad_beta, None, None, None, None, None
+        slot = None if ctx.replay is None else ctx.replay[1]
+        if slot is not None and slot.replays_backward():
+            slot.grad_input.copy_(grad)
+            grads = slot.replay_backward()
+        else:
+            grads = _backward_body(grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision,
+                                   ctx.needs_input_grad[:3])
+            if ctx.replay is not None:
+                ctx.replay[0].backward_warm = True
+        return *grads, None, None, None, None, None, None
+
+
+def _forward_body(feat: Tensor, feat_dst: Tensor | None, beta: Tensor, pattern: tuple, n_rows: int, k: int,
+                  precision: str) -> tuple:
+    """(out, then what the backward reads: feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob)."""
+    unit_k, feat_k, norm = _normalize(feat, precision)
+    if feat_dst is None:  # the destinations are the first n_rows sources
+        unit_dst_k, norm_dst = unit_k[:n_rows], None
+    else:
+        unit_dst_k, _, norm_dst = _normalize(feat_dst, precision, with_feat=False)
+    cos = _sddmm(*pattern, unit_dst_k, unit_k, k, precision, *NO_TRANSPOSE)
+    prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
+    wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
+    out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
+    return out.to(feat.dtype), feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob
+
+
+def _backward_body(grad: Tensor, feat: Tensor, feat_k: Tensor, unit_k: Tensor, unit_dst_k: Tensor, norm: Tensor,
+                   norm_dst: Tensor | None, cos: Tensor, prob: Tensor, feat_dst: Tensor | None, beta: Tensor,
+                   row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, t_row_ptr: Tensor | None,
+                   t_col_idx: Tensor | None, t_vec_mask: Tensor | None, t_perm: Tensor | None, t_src: Tensor | None,
+                   n_rows: int, k: int, precision: str, needs: tuple) -> tuple:
+    """(d_feat, d_feat_dst, d_beta), None where not ``needs``, from the output's gradient and
+    what ``_forward_body`` returned."""
+    pattern, transposed = (row_ptr, col_idx, vec_mask), (t_row_ptr, t_col_idx, t_vec_mask)
+    n_cols = feat.shape[0]
+    wide = feat.dtype != torch.float64
+    (grad_k,) = kernel_operands(precision, grad)
+    # out = P @ X: dP = SDDMM(dOut, X)
+    d_prob = _sddmm(*pattern, grad_k, feat_k, k, precision, *NO_TRANSPOSE)
+    # P = softmax(beta * cos)
+    d_scores = _edge_softmax_backward(*pattern, prob, d_prob, n_rows, k)
+    del d_prob  # slot-sized temporaries are freed as soon as they are used (GBs on large graphs)
+    grad_beta = torch.dot(d_scores, cos).reshape(1).to(beta.dtype) if needs[2] else None
+    if not (needs[0] or needs[1]):
+        return None, None, grad_beta
+    # dX = P^T @ dOut + the path through cos
+    prob_t = transposed_values(prob, t_col_idx, t_perm, t_src)
+    d_feat = _spmm(*transposed, prob_t, grad_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
+    del prob_t
+    # cos = SDDMM(U_dst, U): dU = dcos^T @ U_dst, dU_dst = dcos @ U
+    d_cos = d_scores * beta
+    del d_scores
+    d_unit_dst = _spmm(*pattern, d_cos, unit_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
+    d_cos_t = transposed_values(d_cos, t_col_idx, t_perm, t_src)
+    del d_cos
+    d_unit = _spmm(*transposed, d_cos_t, unit_dst_k, n_cols, k, precision, wide, *NO_TRANSPOSE)
+    del d_cos_t
+    grad_dst = None
+    if feat_dst is not None and needs[1]:
+        grad_dst = _normalize_backward(feat_dst, norm_dst, d_unit_dst, torch.zeros_like(d_unit_dst))
+        grad_dst = grad_dst.to(feat_dst.dtype)
+    # U = X / max(|X|, eps); without feat_dst, U_dst is U's first rows
+    d_feat = _normalize_backward(feat, norm, d_unit, d_feat, d_unit_dst if feat_dst is None else None)
+    del d_unit_dst
+    return d_feat.to(feat.dtype), grad_dst, grad_beta
 
 
 def _normalize(feat: Tensor, precision: str, with_feat: bool = True) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -107,7 +139,7 @@ def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tens
 
 
 def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32", *,
-                   feat_dst: Tensor | None = None) -> Tensor:
+                   feat_dst: Tensor | None = None, replay: NodeReplay | None = None) -> Tensor:
     """``P @ feat`` with ``P = edge_softmax(a, beta * cos)``, cos[slot(i, j)] the cosine of
     destination i's features and source j's, feat[j] (exact: rows L2-normalised as
     ``F.normalize`` does).
@@ -117,7 +149,9 @@ def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32
     rows (a square graph's nodes, a DGL block's destinations); beta [1] (differentiable).
     Returns [N_dst, F] in feat's dtype. The SDDMM and the SpMM run in ``precision``;
     normalisation and softmax in fp32 (float64 for float64 inputs). Differentiable once (the
-    composed ops, used when compiling, also give second derivatives).
+    composed ops, used when compiling, also give second derivatives). replay: the calling
+    layer's ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (without
+    feat_dst; ``ops.replay``: the same bits).
     """
     check_precision(precision)
     check_dense("feat", feat, a.n_cols, a.device)
@@ -139,5 +173,24 @@ def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32
         return spmm(a, feat, precision, values=prob)
     need_t = torch.is_grad_enabled() and (feat.requires_grad or beta.requires_grad
                                           or (feat_dst is not None and feat_dst.requires_grad))
-    transposed = transpose_args(a, need_t)
-    return _Propagate.apply(feat, feat_dst, beta, pattern_args(a), transposed, a.n_rows, a.k, precision)
+    args = (feat, feat_dst, beta, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k, precision)
+    plan = None
+    if replay is not None and feat_dst is None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
+        plan = _replay_plan(replay, a, *args)
+    return _Propagate.apply(*args, plan)
+
+
+def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, feat_dst: None, beta: Tensor, pattern: tuple,
+                 transposed: tuple, n_rows: int, k: int, precision: str) -> tuple[Configuration, Slot | None]:
+    """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
+    grad = torch.is_grad_enabled()
+    needs = (grad and feat.requires_grad, False, grad and beta.requires_grad)
+    key = (id(a), id(beta), beta.data_ptr(), feat.shape, feat.dtype, precision, needs, transposed[0] is not None,
+           torch._C._cuda_getCurrentRawStream(feat.device.index))
+
+    def backward(slot: Slot, g: Tensor) -> tuple:
+        return _backward_body(g, *slot.outputs[1:], None, beta, *pattern, *transposed, n_rows, k, precision, needs)
+
+    return replay.plan(key, (a, beta), lambda: torch.empty_like(feat, memory_format=torch.contiguous_format),
+                       lambda x: _forward_body(x, None, beta, pattern, n_rows, k, precision),
+                       lambda slot: torch.empty_like(slot.outputs[0]), backward if any(needs) else None)

@@ -105,9 +105,7 @@ class _GraphConv(torch.autograd.Function):
         project_first = _projects_first(weight)
         slot = None if replay is None else replay[1]
         if slot is not None:
-            slot.input.copy_(feat)
-            slot.forward_graph.replay()
-            out, saved, w = (None if t is None else t.detach() for t in slot.outputs)
+            out, saved, w = slot.replay_forward(feat)
         else:
             x = feat.to(_input_dtype(feat.dtype, precision, dtype, project_first))
             out, saved, w = _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
@@ -127,13 +125,10 @@ class _GraphConv(torch.autograd.Function):
         if slot is not None and slot.replays_backward():
             # the product's gradients run in its dtype
             grad_bias, _ = _bias_gradient(grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input)
-            slot.backward_graph.replay()
-            grad_feat, grad_weight = (None if g is None else g.detach() for g in slot.grads)
+            grad_feat, grad_weight = slot.replay_backward()
         else:
             grad_bias, grad = _bias_gradient(grad, bias_dtype, None if w is None else w.dtype)
-            need_t = ctx.needs_input_grad[0] or (ctx.project_first and ctx.needs_input_grad[1])
-            values_t = _values_t(values, transposed) if need_t else None
-            grad_feat, grad_weight = _backward_body(grad, saved, w, values_t, transposed, ctx.shape, ctx.k,
+            grad_feat, grad_weight = _backward_body(grad, saved, w, values, transposed, ctx.shape, ctx.k,
                                                     ctx.precision, ctx.project_first, ctx.needs_input_grad[:2],
                                                     ctx.dtypes[:2])
             if ctx.replay is not None:
@@ -162,21 +157,18 @@ def _forward_body(x: Tensor, weight: Tensor | None, bias: Tensor | None, values:
     return (saved if bias is None else saved + bias), saved, w
 
 
-def _values_t(values: Tensor, transposed: list) -> Tensor:
-    """A^T's values (cached while ``values`` lives unchanged)."""
-    return transposed_values(values, transposed[1], transposed[3], transposed[4], cache=True)
-
-
-def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values_t: Tensor | None, transposed: list,
+def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values: Tensor, transposed: list,
                    shape: tuple, k: int, precision: str, project_first: bool, needs: tuple, dtypes: tuple) -> tuple:
     """(grad_feat, grad_weight), None where not ``needs``, from the output's gradient in the
-    product's dtype; ``dtypes``: the features' and the weight's."""
+    product's dtype; ``dtypes``: the features' and the weight's. A^T's values come from the
+    cache an eager backward filled before any capture of this one (``ops.replay``)."""
     need_feat, need_weight = needs
     feat_dtype, weight_dtype = dtypes
-    t_row_ptr, t_col_idx, t_vec_mask = transposed[:3]
+    t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = transposed
 
     def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
         """A^T g in ``out_dtype``."""
+        values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
         return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(precision, g), shape[1], k,
                      precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
 
@@ -238,26 +230,23 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
     key = (id(a), id(values), tensor_version(values), id(weight), 0 if weight is None else weight.data_ptr(),
            id(bias), 0 if bias is None else bias.data_ptr(), feat.shape, feat.dtype, dtype, precision, needs,
            transposed[0] is not None, torch._C._cuda_getCurrentRawStream(feat.device.index))
-    config = replay.configuration(key, (a, values, weight, bias))
     project_first = _projects_first(weight)
+    x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
+    weight_dtype = None if weight is None else weight.dtype
 
-    def forward(x: Tensor) -> tuple:
-        return _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype, project_first)
+    def grad_input(slot: Slot) -> Tensor:
+        out, _, w = slot.outputs
+        return torch.empty(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device)
 
-    def make() -> Slot:
-        x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
-        return Slot(torch.empty(feat.shape, dtype=x_dtype, device=feat.device), forward)
+    def backward(slot: Slot, g: Tensor) -> tuple:
+        _, saved, w = slot.outputs
+        return _backward_body(g, saved, w, values, transposed, shape, k, precision, project_first, needs[:2],
+                              (feat.dtype, weight_dtype))
 
-    def make_backward(slot: Slot) -> None:
-        out, saved, w = slot.outputs
-        values_t = _values_t(values, transposed) if needs[0] or (project_first and needs[1]) else None
-        weight_dtype = None if weight is None else weight.dtype
-        slot.capture_backward(
-            torch.empty(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device),
-            lambda g: _backward_body(g, saved, w, values_t, transposed, shape, k, precision, project_first,
-                                     needs[:2], (feat.dtype, weight_dtype)))
-
-    return config, config.forward_slot(make, make_backward if any(needs) else None)
+    return replay.plan(key, (a, values, weight, bias), lambda: feat.new_empty(feat.shape, dtype=x_dtype),
+                       lambda x: _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
+                                               project_first),
+                       grad_input, backward if any(needs) else None)
 
 
 def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None, precision: str,

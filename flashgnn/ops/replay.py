@@ -68,6 +68,10 @@ class Statics:
         return any(_use_count(c) > n for c, n in self._counts)
 
 
+def _aliases(tensors: tuple) -> tuple:
+    return tuple(None if t is None else t.detach() for t in tensors)
+
+
 class Slot:
     """One configuration's static buffers and graphs: ``input`` (written by the forward's entry),
     the forward body's ``outputs``; after ``capture_backward``, ``grad_input`` (written by the
@@ -84,9 +88,20 @@ class Slot:
         self.grad_input = grad_input
         self.backward_statics = Statics(grad_input, *self.grads)
 
+    def replay_forward(self, x: Tensor) -> tuple:
+        """The forward body's outputs for input ``x`` (copied into ``input``), as aliases."""
+        self.input.copy_(x)
+        self.forward_graph.replay()
+        return _aliases(self.outputs)
+
     def replays_backward(self) -> bool:
         """Whether a backward of this slot's forward can replay (else it runs eagerly)."""
         return self.backward_graph is not None and not self.backward_statics.held_elsewhere()
+
+    def replay_backward(self) -> tuple:
+        """The backward body's outputs for what the entry wrote into ``grad_input``, as aliases."""
+        self.backward_graph.replay()
+        return _aliases(self.grads)
 
 
 class Configuration:
@@ -138,6 +153,21 @@ class NodeReplay:
             return False
         return not torch.is_inference_mode_enabled() and not torch.cuda.is_current_stream_capturing()
 
+    def plan(self, key: tuple, keep: tuple, new_input: Callable[[], Tensor], forward: Callable[[Tensor], tuple],
+             new_grad_input: Callable[[Slot], Tensor] | None = None,
+             backward: Callable[[Slot, Tensor], tuple] | None = None) -> tuple[Configuration, Slot | None]:
+        """(the configuration of ``key``, the slot this call's forward replays on or None to run
+        it eagerly). A new slot's static input is ``new_input()``, its forward body
+        ``forward(input)``; its backward's static input ``new_grad_input(slot)`` and body
+        ``backward(slot, grad_input)`` (None: no gradient is needed)."""
+        config = self.configuration(key, keep)
+
+        def make_backward(slot: Slot) -> None:
+            slot.capture_backward(new_grad_input(slot), lambda g: backward(slot, g))
+
+        return config, config.forward_slot(lambda: Slot(new_input(), forward),
+                                           None if backward is None else make_backward)
+
     def configuration(self, key: tuple, keep: tuple) -> Configuration:
         config = self._configurations.get(key)
         if config is None:
@@ -168,3 +198,13 @@ class NodeReplay:
 
     def __repr__(self) -> str:
         return f"NodeReplay(enabled={self.enabled}, configurations={len(self._configurations)})"
+
+
+def set_replay(module: torch.nn.Module, enabled: bool | None) -> torch.nn.Module:
+    """Set kernel replay for every layer of ``module`` that has one (``GCNConv``,
+    ``AGNNConv``): True, False or None (on graphs of at most AUTO_MAX_NONZEROS nonzeros);
+    in place, dropping what was captured. Returns ``module``."""
+    for m in module.modules():
+        if isinstance(getattr(m, "replay", None), NodeReplay):
+            m.replay = NodeReplay(enabled)
+    return module

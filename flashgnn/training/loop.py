@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
+from ..ops.replay import set_replay
 from ..data import Dataset, load_dataset
 from ..graph import Graph
 from ..nn import AGNNConv, GATConv, GCNConv
@@ -260,6 +261,10 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     cuda_graph = not minibatch and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
 
     model = build_configured_model(cfg["model"], dataset).to(device)
+    if cuda_graph or minibatch:
+        # the layers' own kernel replay (ops.replay) gains nothing inside a captured step, nor on
+        # blocks that are new every batch; it would only keep buffers and blocks alive
+        set_replay(model, False)
     if minibatch:
         check_fanouts(model, t["fanouts"])
     optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device)

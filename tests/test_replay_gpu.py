@@ -1,6 +1,6 @@
-"""Graph convolution replayed from CUDA graphs (``ops.replay``) against the same layer run
-eagerly: the same bits in every precision and product order, and no replay over anything a
-caller, a pending backward or a parameter's ``.grad`` still holds."""
+"""Layers replaying their kernels from CUDA graphs (``ops.replay``: GCNConv, AGNNConv) against
+the same layers run eagerly: the same bits in every precision (and GCN product order), and no
+replay over anything a caller, a pending backward or a parameter's ``.grad`` still holds."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flashgnn.cuda_graphs import graphed
-from flashgnn.nn import GCNConv
+from flashgnn.nn import AGNNConv, GCNConv
 from flashgnn.training.precision import precision_scope
 from tests.helpers import GPU
 from tests.test_nn_layers import random_graph
@@ -19,7 +19,7 @@ pytestmark = GPU
 
 
 def pair(in_feats: int, out_feats: int, bias: bool = True, norm: str = "both"):
-    """(eager layer, replayed layer) with the same parameters, on the GPU."""
+    """(eager GCNConv, replayed GCNConv) with the same parameters, on the GPU."""
     eager = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=False).cuda()
     replayed = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=True).cuda()
     replayed.load_state_dict(eager.state_dict())
@@ -28,6 +28,11 @@ def pair(in_feats: int, out_feats: int, bias: bool = True, norm: str = "both"):
             eager.bias.uniform_(-1, 1)
             replayed.bias.copy_(eager.bias)
     return eager, replayed
+
+
+LAYERS = {"gcn": lambda: pair(48, 48),
+          "agnn": lambda: (AGNNConv(0.7, replay=False).cuda(), AGNNConv(0.7, replay=True).cuda())}
+layers = pytest.mark.parametrize("make", list(LAYERS.values()), ids=list(LAYERS))
 
 
 def step(layer, graph, x, proj, precision):
@@ -61,10 +66,23 @@ def test_replay_gives_the_eager_bits(graph, precision, features, bias):
     assert replayed.replay.graphs() == (1, 1) and eager.replay.graphs() == (0, 0)
 
 
-def test_training_with_an_optimizer_matches_eager(graph):
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("learn_beta", [True, False])
+def test_agnn_replay_gives_the_eager_bits(graph, precision, learn_beta):
+    eager = AGNNConv(0.7, learn_beta=learn_beta, replay=False).cuda()
+    replayed = AGNNConv(0.7, learn_beta=learn_beta, replay=True).cuda()
+    x = torch.randn(graph.num_nodes, 32, device="cuda", requires_grad=True)
+    for i in range(4):
+        proj = torch.randn(graph.num_nodes, 32, device="cuda")
+        assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
+    assert replayed.replay.graphs() == (1, 1)
+
+
+@layers
+def test_training_with_an_optimizer_matches_eager(graph, make):
     """Weights updated in place between steps: each replay reads the current weights; .grad
     set to None by zero_grad releases the gradient buffers for the next replay."""
-    eager, replayed = pair(48, 48)
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda")
     target = torch.randn(graph.num_nodes, 48, device="cuda")
     for layer in (eager, replayed):
@@ -79,10 +97,11 @@ def test_training_with_an_optimizer_matches_eager(graph):
     assert replayed.replay.graphs() == (1, 1)
 
 
-def test_an_output_held_across_the_next_forward_keeps_its_values(graph):
+@layers
+def test_an_output_held_across_the_next_forward_keeps_its_values(graph, make):
     """``out = layer(g, x)`` in a loop holds the last output while the next forward runs:
     that call takes a second slot, and the held output is never overwritten."""
-    eager, replayed = pair(48, 48)
+    eager, replayed = make()
     xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(5)]
     held = []
     for x in xs:
@@ -93,8 +112,9 @@ def test_an_output_held_across_the_next_forward_keeps_its_values(graph):
     assert replayed.replay.graphs()[0] == 2
 
 
-def test_two_forwards_before_one_backward(graph):
-    eager, replayed = pair(48, 48)
+@layers
+def test_two_forwards_before_one_backward(graph, make):
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
     xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(2)]
     results = []
@@ -106,23 +126,25 @@ def test_two_forwards_before_one_backward(graph):
     assert_equal(results[1], results[0])
 
 
-def test_gradients_kept_by_the_caller_are_not_overwritten(graph):
-    eager, replayed = pair(48, 48)
+@layers
+def test_gradients_kept_by_the_caller_are_not_overwritten(graph, make):
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
     kept = []
     for i in range(5):
         proj = torch.randn(graph.num_nodes, 48, device="cuda")
-        grads = torch.autograd.grad(replayed(graph, x), [x, replayed.weight], proj)
+        grads = torch.autograd.grad(replayed(graph, x), [x, next(replayed.parameters())], proj)
         kept.append((grads, [g.clone() for g in grads], proj))
     for grads, copies, proj in kept:
         assert_equal(grads, copies)
-        assert_equal(grads, torch.autograd.grad(eager(graph, x), [x, eager.weight], proj))
+        assert_equal(grads, torch.autograd.grad(eager(graph, x), [x, next(eager.parameters())], proj))
 
 
-def test_gradient_accumulation_without_zero_grad(graph):
+@layers
+def test_gradient_accumulation_without_zero_grad(graph, make):
     """AccumulateGrad keeps a replayed backward's gradient as .grad (an alias of the slot's
     buffer): later backward passes that add to it must not replay over it."""
-    eager, replayed = pair(48, 48)
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda")
     results = []
     for layer in (eager, replayed):
@@ -133,13 +155,14 @@ def test_gradient_accumulation_without_zero_grad(graph):
             layer(graph, feat).square().sum().backward()
         for _ in range(3):
             layer(graph, feat).square().sum().backward()
-        results.append([layer.weight.grad, layer.bias.grad, feat.grad])
+        results.append([feat.grad, *(p.grad for p in layer.parameters())])
     assert_equal(results[1], results[0])
     assert replayed.replay.graphs() == (1, 1)
 
 
-def test_evaluation_between_training_steps_and_retained_graphs(graph):
-    eager, replayed = pair(48, 48)
+@layers
+def test_evaluation_between_training_steps_and_retained_graphs(graph, make):
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
     for _ in range(4):
         got, want = [], []
@@ -147,8 +170,9 @@ def test_evaluation_between_training_steps_and_retained_graphs(graph):
             with torch.no_grad():
                 into.append(layer(graph, x).clone())
             y = layer(graph, x).sum()
-            into.extend(g.clone() for g in torch.autograd.grad(y, [x, layer.weight], retain_graph=True))
-            into.extend(g.clone() for g in torch.autograd.grad(y * 3, [x, layer.bias]))
+            params = list(layer.parameters())
+            into.extend(g.clone() for g in torch.autograd.grad(y, [x, params[0]], retain_graph=True))
+            into.extend(g.clone() for g in torch.autograd.grad(y * 3, [x, params[-1]]))
         assert_equal(got, want)
     assert replayed.replay.graphs() == (2, 1)  # a training and an evaluation configuration
 
@@ -166,8 +190,9 @@ def test_new_edge_weights_or_parameters_are_new_configurations(graph):
         assert torch.equal(replayed(graph, x), eager(graph, x))
 
 
-def test_inside_a_captured_step_and_after_a_deepcopy(graph):
-    eager, replayed = pair(48, 48)
+@layers
+def test_inside_a_captured_step_and_after_a_deepcopy(graph, make):
+    eager, replayed = make()
     x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
     proj = torch.randn(graph.num_nodes, 48, device="cuda")
     want = step(eager, graph, x, proj, "fp16")
