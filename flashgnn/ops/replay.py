@@ -38,16 +38,23 @@ AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this si
 _use_count = torch._C._storage_Use_Count
 
 
-def capture(body: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object]:
-    """(a CUDA graph of ``body()``'s kernels, what ``body()`` returned: its tensors, in the
-    graph's own memory pool, are what each replay writes). Autograd and autocast's cast cache
-    are off during the capture; other threads may use the GPU meanwhile."""
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # device index -> the stream captures run on
+
+
+def capture(body: Callable[[], object], device: torch.device) -> tuple[torch.cuda.CUDAGraph, object]:
+    """(a CUDA graph of ``body()``'s kernels on ``device``, what ``body()`` returned: its
+    tensors, in the graph's own memory pool, are what each replay writes). Autograd and
+    autocast's cast cache are off during the capture, which runs on a stream kept for captures
+    on the device (launchers cache per-stream scratch); other threads may use the GPU meanwhile."""
     graph = torch.cuda.CUDAGraph()
-    device = "cuda"
-    with torch.no_grad(), torch.autocast(device, enabled=torch.is_autocast_enabled(device),
-                                         dtype=torch.get_autocast_dtype(device), cache_enabled=False), \
-            torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        result = body()
+    with torch.cuda.device(device):
+        stream = _CAPTURE_STREAMS.get(device.index)
+        if stream is None:
+            stream = _CAPTURE_STREAMS[device.index] = torch.cuda.Stream()
+        with torch.no_grad(), torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
+                                             dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False), \
+                torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            result = body()
     return graph, result
 
 
@@ -79,12 +86,12 @@ class Slot:
 
     def __init__(self, input: Tensor, body: Callable[[Tensor], tuple]):
         self.input = input
-        self.forward_graph, self.outputs = capture(lambda: body(input))
+        self.forward_graph, self.outputs = capture(lambda: body(input), input.device)
         self.forward_statics = Statics(input, *self.outputs)
         self.grad_input = self.backward_graph = self.grads = self.backward_statics = None
 
     def capture_backward(self, grad_input: Tensor, body: Callable[[Tensor], tuple]) -> None:
-        self.backward_graph, self.grads = capture(lambda: body(grad_input))
+        self.backward_graph, self.grads = capture(lambda: body(grad_input), grad_input.device)
         self.grad_input = grad_input
         self.backward_statics = Statics(grad_input, *self.grads)
 
