@@ -125,3 +125,13 @@ def test_cpu_calls_and_copies_of_a_layer():
     loaded = torch.load(buffer, weights_only=False)
     assert loaded.replay.enabled is True and len(loaded.replay._configurations) == 0
     assert "replay=True" in repr(layer) and "replay=None" in repr(GCNConv(3, 2))
+
+
+def test_statics_leave_out_what_the_body_only_reads():
+    weight, out = torch.nn.Parameter(torch.randn(3, 3)), torch.randn(4, 3)
+    statics = R.Statics(out, weight, external=(weight,))  # an fp32 W returned as it is
+    alias = weight.detach()  # the optimizer's view, a pending backward's saved W: not the slot's
+    assert not statics.held_elsewhere()
+    held = out[0]
+    assert statics.held_elsewhere()
+    del alias, held

@@ -185,12 +185,11 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, feat_dst: None, be
     """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
     grad = torch.is_grad_enabled()
     needs = (grad and feat.requires_grad, False, grad and beta.requires_grad)
-    key = (id(a), id(beta), beta.data_ptr(), feat.shape, feat.dtype, precision, needs, transposed[0] is not None,
-           torch._C._cuda_getCurrentRawStream(feat.device.index))
+    key = (id(a), id(beta), beta.data_ptr(), feat.shape, feat.dtype, precision, needs, transposed[0] is not None)
 
     def backward(slot: Slot, g: Tensor) -> tuple:
         return _backward_body(g, *slot.outputs[1:], None, beta, *pattern, *transposed, n_rows, k, precision, needs)
 
-    return replay.plan(key, (a, beta), lambda: torch.empty_like(feat, memory_format=torch.contiguous_format),
+    return replay.plan(key, (a, beta), feat.device, lambda: torch.empty_like(feat, memory_format=torch.contiguous_format),
                        lambda x: _forward_body(x, None, beta, pattern, n_rows, k, precision),
                        lambda slot: torch.empty_like(slot.outputs[0]), backward if any(needs) else None)

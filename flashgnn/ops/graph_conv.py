@@ -229,7 +229,7 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
     needs = tuple(grad and t is not None and t.requires_grad for t in (feat, weight, bias))
     key = (id(a), id(values), tensor_version(values), id(weight), 0 if weight is None else weight.data_ptr(),
            id(bias), 0 if bias is None else bias.data_ptr(), feat.shape, feat.dtype, dtype, precision, needs,
-           transposed[0] is not None, torch._C._cuda_getCurrentRawStream(feat.device.index))
+           transposed[0] is not None)
     project_first = _projects_first(weight)
     x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
     weight_dtype = None if weight is None else weight.dtype
@@ -243,7 +243,7 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
         return _backward_body(g, saved, w, values, transposed, shape, k, precision, project_first, needs[:2],
                               (feat.dtype, weight_dtype))
 
-    return replay.plan(key, (a, values, weight, bias), lambda: feat.new_empty(feat.shape, dtype=x_dtype),
+    return replay.plan(key, (a, values, weight, bias), feat.device, lambda: feat.new_empty(feat.shape, dtype=x_dtype),
                        lambda x: _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
                                                project_first),
                        grad_input, backward if any(needs) else None)

@@ -38,35 +38,57 @@ AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this si
 _use_count = torch._C._storage_Use_Count
 
 
-_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # device index -> the stream captures run on
+_CAPTURE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # (device, caller's stream) -> capture stream
+
+
+def current_stream(device: torch.device) -> int:
+    """The raw handle of torch's current stream on CUDA ``device`` (part of every key)."""
+    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 def capture(body: Callable[[], object], device: torch.device) -> tuple[torch.cuda.CUDAGraph, object]:
     """(a CUDA graph of ``body()``'s kernels on ``device``, what ``body()`` returned: its
-    tensors, in the graph's own memory pool, are what each replay writes). Autograd and
-    autocast's cast cache are off during the capture, which runs on a stream kept for captures
-    on the device (launchers cache per-stream scratch); other threads may use the GPU meanwhile."""
+    tensors, in the graph's own memory pool, are what each replay writes).
+
+    ``body`` runs once eagerly first, on the stream the capture then uses (one per device and
+    caller's stream: launchers keep scratch per stream), so that whatever this thread and
+    stream make lazily (a cuBLAS handle: an eager backward may have run on autograd's own
+    thread; workspaces; per-stream scratch) exists before the capture, where making it would
+    fail the capture. Autograd and autocast's cast cache are off; other threads may use the
+    GPU meanwhile; the caller's stream is current again afterwards, even on failure."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.device(device):
-        stream = _CAPTURE_STREAMS.get(device.index)
-        if stream is None:
-            stream = _CAPTURE_STREAMS[device.index] = torch.cuda.Stream()
-        with torch.no_grad(), torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
-                                             dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False), \
-                torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            result = body()
+    caller = torch.cuda.current_stream(device)
+    key = (device.index, caller.cuda_stream)
+    stream = _CAPTURE_STREAMS.get(key)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[key] = torch.cuda.Stream(device)
+    stream.wait_stream(caller)
+    try:
+        with torch.cuda.device(device), torch.no_grad(), \
+                torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
+                               dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False):
+            with torch.cuda.stream(stream):
+                body()
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                result = body()
+    finally:
+        torch.cuda.set_stream(caller)
     return graph, result
 
 
 class Statics:
-    """Static tensors, and whether anything besides their owner holds their storage."""
+    """Static tensors, and whether anything besides their owner holds their storage. Tensors
+    sharing a storage with one of ``external`` (what the body reads but does not write: a
+    parameter it returns unconverted) are not the owner's and are left out."""
 
-    def __init__(self, *tensors: Tensor | None):
+    def __init__(self, *tensors: Tensor | None, external: tuple = ()):
+        skip = {t.untyped_storage()._cdata for t in external if isinstance(t, Tensor)}
         storages = {}
         for t in tensors:
             if t is not None:
                 s = t.untyped_storage()  # kept: the Python storage's own reference stays counted
-                storages.setdefault(s._cdata, s)
+                if s._cdata not in skip:
+                    storages.setdefault(s._cdata, s)
         self._storages = list(storages.values())
         self._counts = [(c, _use_count(c)) for c in storages]
 
@@ -82,12 +104,13 @@ def _aliases(tensors: tuple) -> tuple:
 class Slot:
     """One configuration's static buffers and graphs: ``input`` (written by the forward's entry),
     the forward body's ``outputs``; after ``capture_backward``, ``grad_input`` (written by the
-    backward's entry) and the backward body's ``grads``."""
+    backward's entry) and the backward body's ``grads``. ``external``: tensors the bodies read
+    and may return but never write (parameters)."""
 
-    def __init__(self, input: Tensor, body: Callable[[Tensor], tuple]):
+    def __init__(self, input: Tensor, body: Callable[[Tensor], tuple], external: tuple = ()):
         self.input = input
         self.forward_graph, self.outputs = capture(lambda: body(input), input.device)
-        self.forward_statics = Statics(input, *self.outputs)
+        self.forward_statics = Statics(input, *self.outputs, external=external)
         self.grad_input = self.backward_graph = self.grads = self.backward_statics = None
 
     def capture_backward(self, grad_input: Tensor, body: Callable[[Tensor], tuple]) -> None:
@@ -160,19 +183,21 @@ class NodeReplay:
             return False
         return not torch.is_inference_mode_enabled() and not torch.cuda.is_current_stream_capturing()
 
-    def plan(self, key: tuple, keep: tuple, new_input: Callable[[], Tensor], forward: Callable[[Tensor], tuple],
-             new_grad_input: Callable[[Slot], Tensor] | None = None,
+    def plan(self, key: tuple, keep: tuple, device: torch.device, new_input: Callable[[], Tensor],
+             forward: Callable[[Tensor], tuple], new_grad_input: Callable[[Slot], Tensor] | None = None,
              backward: Callable[[Slot, Tensor], tuple] | None = None) -> tuple[Configuration, Slot | None]:
-        """(the configuration of ``key``, the slot this call's forward replays on or None to run
-        it eagerly). A new slot's static input is ``new_input()``, its forward body
-        ``forward(input)``; its backward's static input ``new_grad_input(slot)`` and body
-        ``backward(slot, grad_input)`` (None: no gradient is needed)."""
-        config = self.configuration(key, keep)
+        """(the configuration of ``key`` on ``device``'s current stream, the slot this call's
+        forward replays on or None to run it eagerly). ``keep``: the objects the key names by
+        ``id``, kept alive, whose tensors the bodies only read. A new slot's static input is
+        ``new_input()``, its forward body ``forward(input)``; its backward's static input
+        ``new_grad_input(slot)`` and body ``backward(slot, grad_input)`` (None: no gradient is
+        needed)."""
+        config = self.configuration((*key, current_stream(device)), keep)
 
         def make_backward(slot: Slot) -> None:
             slot.capture_backward(new_grad_input(slot), lambda g: backward(slot, g))
 
-        return config, config.forward_slot(lambda: Slot(new_input(), forward),
+        return config, config.forward_slot(lambda: Slot(new_input(), forward, keep),
                                            None if backward is None else make_backward)
 
     def configuration(self, key: tuple, keep: tuple) -> Configuration:

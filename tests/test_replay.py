@@ -1,6 +1,11 @@
 """Layers replaying their kernels from CUDA graphs (``ops.replay``: GCNConv, AGNNConv) against
 the same layers run eagerly: the same bits in every precision (and GCN product order), and no
-replay over anything a caller, a pending backward or a parameter's ``.grad`` still holds."""
+replay over anything a caller, a pending backward or a parameter's ``.grad`` still holds.
+
+On the GPU the graphs are real; on the CPU a stand-in (``EmulatedGraph``) reruns the captured
+body at each replay and copies its results into the tensors the capture returned, which is
+what a replay writes: the bookkeeping (configurations, slots, which storages are held) is the
+same code on both."""
 from __future__ import annotations
 
 import copy
@@ -11,17 +16,48 @@ import torch
 
 from flashgnn.cuda_graphs import graphed
 from flashgnn.nn import AGNNConv, GCNConv
+from flashgnn.ops import replay
 from flashgnn.training.precision import precision_scope
-from tests.helpers import GPU
+from tests.helpers import GPU, needs_gpu
 from tests.test_nn_layers import random_graph
 
-pytestmark = GPU
+
+class EmulatedGraph:
+    def __init__(self, body, outputs):
+        self.body, self.outputs = body, outputs
+
+    def replay(self):
+        with torch.no_grad():
+            for static, fresh in zip(self.outputs, self.body(), strict=True):
+                # an output the body passes through (fp32 W as it is) is not written by a replay
+                if static is not None and static.untyped_storage().data_ptr() != fresh.untyped_storage().data_ptr():
+                    static.copy_(fresh)
 
 
-def pair(in_feats: int, out_feats: int, bias: bool = True, norm: str = "both"):
-    """(eager GCNConv, replayed GCNConv) with the same parameters, on the GPU."""
-    eager = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=False).cuda()
-    replayed = GCNConv(in_feats, out_feats, norm=norm, bias=bias, replay=True).cuda()
+def emulated_capture(body, device):
+    with torch.no_grad():
+        outputs = body()
+    return EmulatedGraph(body, outputs), outputs
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=GPU)])
+def device(request, monkeypatch):
+    if request.param == "cpu":
+        monkeypatch.setattr(replay, "capture", emulated_capture)
+        monkeypatch.setattr(replay, "current_stream", lambda device: 0)
+        monkeypatch.setattr(replay.NodeReplay, "applies", lambda self, x, nnz: self.enabled is not False)
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def graph(device):
+    return random_graph(500, 0.02, np.random.default_rng(7), symmetric=False).to(device)
+
+
+def pair(device, in_feats: int, out_feats: int, bias: bool = True):
+    """(eager GCNConv, replayed GCNConv) with the same parameters."""
+    eager = GCNConv(in_feats, out_feats, bias=bias, replay=False).to(device)
+    replayed = GCNConv(in_feats, out_feats, bias=bias, replay=True).to(device)
     replayed.load_state_dict(eager.state_dict())
     if bias:  # a non-zero bias, so that its gradient and addition show
         with torch.no_grad():
@@ -30,8 +66,8 @@ def pair(in_feats: int, out_feats: int, bias: bool = True, norm: str = "both"):
     return eager, replayed
 
 
-LAYERS = {"gcn": lambda: pair(48, 48),
-          "agnn": lambda: (AGNNConv(0.7, replay=False).cuda(), AGNNConv(0.7, replay=True).cuda())}
+LAYERS = {"gcn": lambda device: pair(device, 48, 48),
+          "agnn": lambda device: (AGNNConv(0.7, replay=False).to(device), AGNNConv(0.7, replay=True).to(device))}
 layers = pytest.mark.parametrize("make", list(LAYERS.values()), ids=list(LAYERS))
 
 
@@ -43,11 +79,6 @@ def step(layer, graph, x, proj, precision):
     return [out.detach().clone(), *(g.clone() for g in grads)]
 
 
-@pytest.fixture
-def graph():
-    return random_graph(500, 0.02, np.random.default_rng(7), symmetric=False).to("cuda")
-
-
 def assert_equal(got, want):
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and torch.equal(g, w)
@@ -57,34 +88,34 @@ def assert_equal(got, want):
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 @pytest.mark.parametrize("features", [(48, 48), (64, 16)], ids=["aggregate-first", "project-first"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_replay_gives_the_eager_bits(graph, precision, features, bias):
-    eager, replayed = pair(*features, bias)
-    x = torch.randn(graph.num_nodes, features[0], device="cuda", requires_grad=True)
+def test_gcn_replay_gives_the_eager_bits(graph, device, precision, features, bias):
+    eager, replayed = pair(device, *features, bias)
+    x = torch.randn(graph.num_nodes, features[0], device=device, requires_grad=True)
     for i in range(4):
-        proj = torch.randn(graph.num_nodes, features[1], device="cuda")
+        proj = torch.randn(graph.num_nodes, features[1], device=device)
         assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
     assert replayed.replay.graphs() == (1, 1) and eager.replay.graphs() == (0, 0)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 @pytest.mark.parametrize("learn_beta", [True, False])
-def test_agnn_replay_gives_the_eager_bits(graph, precision, learn_beta):
-    eager = AGNNConv(0.7, learn_beta=learn_beta, replay=False).cuda()
-    replayed = AGNNConv(0.7, learn_beta=learn_beta, replay=True).cuda()
-    x = torch.randn(graph.num_nodes, 32, device="cuda", requires_grad=True)
+def test_agnn_replay_gives_the_eager_bits(graph, device, precision, learn_beta):
+    eager = AGNNConv(0.7, learn_beta=learn_beta, replay=False).to(device)
+    replayed = AGNNConv(0.7, learn_beta=learn_beta, replay=True).to(device)
+    x = torch.randn(graph.num_nodes, 32, device=device, requires_grad=True)
     for i in range(4):
-        proj = torch.randn(graph.num_nodes, 32, device="cuda")
+        proj = torch.randn(graph.num_nodes, 32, device=device)
         assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
     assert replayed.replay.graphs() == (1, 1)
 
 
 @layers
-def test_training_with_an_optimizer_matches_eager(graph, make):
+def test_training_with_an_optimizer_matches_eager(graph, device, make):
     """Weights updated in place between steps: each replay reads the current weights; .grad
     set to None by zero_grad releases the gradient buffers for the next replay."""
-    eager, replayed = make()
-    x = torch.randn(graph.num_nodes, 48, device="cuda")
-    target = torch.randn(graph.num_nodes, 48, device="cuda")
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device)
+    target = torch.randn(graph.num_nodes, 48, device=device)
     for layer in (eager, replayed):
         opt = torch.optim.Adam(layer.parameters(), lr=0.01)
         for _ in range(6):
@@ -98,11 +129,11 @@ def test_training_with_an_optimizer_matches_eager(graph, make):
 
 
 @layers
-def test_an_output_held_across_the_next_forward_keeps_its_values(graph, make):
+def test_an_output_held_across_the_next_forward_keeps_its_values(graph, device, make):
     """``out = layer(g, x)`` in a loop holds the last output while the next forward runs:
     that call takes a second slot, and the held output is never overwritten."""
-    eager, replayed = make()
-    xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(5)]
+    eager, replayed = make(device)
+    xs = [torch.randn(graph.num_nodes, 48, device=device) for _ in range(5)]
     held = []
     for x in xs:
         out = replayed(graph, x)
@@ -113,10 +144,10 @@ def test_an_output_held_across_the_next_forward_keeps_its_values(graph, make):
 
 
 @layers
-def test_two_forwards_before_one_backward(graph, make):
-    eager, replayed = make()
-    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
-    xs = [torch.randn(graph.num_nodes, 48, device="cuda") for _ in range(2)]
+def test_two_forwards_before_one_backward(graph, device, make):
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device, requires_grad=True)
+    xs = [torch.randn(graph.num_nodes, 48, device=device) for _ in range(2)]
     results = []
     for layer in (eager, replayed):
         for _ in range(4):  # captured by then
@@ -127,12 +158,12 @@ def test_two_forwards_before_one_backward(graph, make):
 
 
 @layers
-def test_gradients_kept_by_the_caller_are_not_overwritten(graph, make):
-    eager, replayed = make()
-    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+def test_gradients_kept_by_the_caller_are_not_overwritten(graph, device, make):
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device, requires_grad=True)
     kept = []
     for i in range(5):
-        proj = torch.randn(graph.num_nodes, 48, device="cuda")
+        proj = torch.randn(graph.num_nodes, 48, device=device)
         grads = torch.autograd.grad(replayed(graph, x), [x, next(replayed.parameters())], proj)
         kept.append((grads, [g.clone() for g in grads], proj))
     for grads, copies, proj in kept:
@@ -141,11 +172,11 @@ def test_gradients_kept_by_the_caller_are_not_overwritten(graph, make):
 
 
 @layers
-def test_gradient_accumulation_without_zero_grad(graph, make):
+def test_gradient_accumulation_without_zero_grad(graph, device, make):
     """AccumulateGrad keeps a replayed backward's gradient as .grad (an alias of the slot's
     buffer): later backward passes that add to it must not replay over it."""
-    eager, replayed = make()
-    x = torch.randn(graph.num_nodes, 48, device="cuda")
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device)
     results = []
     for layer in (eager, replayed):
         feat = x.clone().requires_grad_()
@@ -161,9 +192,9 @@ def test_gradient_accumulation_without_zero_grad(graph, make):
 
 
 @layers
-def test_evaluation_between_training_steps_and_retained_graphs(graph, make):
-    eager, replayed = make()
-    x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
+def test_evaluation_between_training_steps_and_retained_graphs(graph, device, make):
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device, requires_grad=True)
     for _ in range(4):
         got, want = [], []
         for layer, into in ((eager, want), (replayed, got)):
@@ -177,11 +208,11 @@ def test_evaluation_between_training_steps_and_retained_graphs(graph, make):
     assert replayed.replay.graphs() == (2, 1)  # a training and an evaluation configuration
 
 
-def test_new_edge_weights_or_parameters_are_new_configurations(graph):
-    eager, replayed = pair(48, 48)
-    x = torch.randn(graph.num_nodes, 48, device="cuda")
+def test_new_edge_weights_or_parameters_are_new_configurations(graph, device):
+    eager, replayed = pair(device, 48, 48)
+    x = torch.randn(graph.num_nodes, 48, device=device)
     for i in range(3):
-        w = torch.rand(graph.num_edges, device="cuda") + 0.5
+        w = torch.rand(graph.num_edges, device=device) + 0.5
         for _ in range(3):
             assert torch.equal(replayed(graph, x, edge_weight=w), eager(graph, x, edge_weight=w))
     replayed.weight.data = replayed.weight.data * 2  # a new storage behind the same parameter
@@ -191,8 +222,24 @@ def test_new_edge_weights_or_parameters_are_new_configurations(graph):
 
 
 @layers
-def test_inside_a_captured_step_and_after_a_deepcopy(graph, make):
-    eager, replayed = make()
+def test_a_deepcopy_starts_without_graphs(graph, device, make):
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device, requires_grad=True)
+    proj = torch.randn(graph.num_nodes, 48, device=device)
+    want = step(eager, graph, x, proj, "fp16")
+    for _ in range(3):
+        step(replayed, graph, x, proj, "fp16")
+    twin = copy.deepcopy(replayed)
+    assert twin.replay.graphs() == (0, 0) and replayed.replay.graphs() == (1, 1)
+    for _ in range(3):
+        assert_equal(step(twin, graph, x, proj, "fp16"), want)
+
+
+@needs_gpu
+@layers
+def test_inside_a_captured_step(make):
+    graph = random_graph(500, 0.02, np.random.default_rng(7), symmetric=False).to("cuda")
+    eager, replayed = make("cuda")
     x = torch.randn(graph.num_nodes, 48, device="cuda", requires_grad=True)
     proj = torch.randn(graph.num_nodes, 48, device="cuda")
     want = step(eager, graph, x, proj, "fp16")
@@ -200,8 +247,5 @@ def test_inside_a_captured_step_and_after_a_deepcopy(graph, make):
         step(replayed, graph, x, proj, "fp16")
     captured = graphed(lambda: step(replayed, graph, x, proj, "fp16"))  # the layer runs eagerly inside
     assert_equal(captured(), want)
-    twin = copy.deepcopy(replayed)
     # the captured step's eager warm-up calls run on its own stream: a configuration of their own
-    assert twin.replay.graphs() == (0, 0) and replayed.replay.graphs() == (2, 2)
-    for _ in range(3):
-        assert_equal(step(twin, graph, x, proj, "fp16"), want)
+    assert replayed.replay.graphs() == (2, 2)
