@@ -236,14 +236,14 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
 
     def grad_input(slot: Slot) -> Tensor:
         out, _, w = slot.outputs
-        return torch.empty(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device)
+        return torch.zeros(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device)
 
     def backward(slot: Slot, g: Tensor) -> tuple:
         _, saved, w = slot.outputs
         return _backward_body(g, saved, w, values, transposed, shape, k, precision, project_first, needs[:2],
                               (feat.dtype, weight_dtype))
 
-    return replay.plan(key, (a, values, weight, bias), feat.device, lambda: feat.new_empty(feat.shape, dtype=x_dtype),
+    return replay.plan(key, (a, values, weight, bias), feat.device, lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
                        lambda x: _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
                                                project_first),
                        grad_input, backward if any(needs) else None)

@@ -114,6 +114,9 @@ class Slot:
         self.grad_input = self.backward_graph = self.grads = self.backward_statics = None
 
     def capture_backward(self, grad_input: Tensor, body: Callable[[Tensor], tuple]) -> None:
+        """Capture the backward (the slot must be free): the forward is replayed first, so that
+        the eager run before the capture reads written statics."""
+        self.forward_graph.replay()
         self.backward_graph, self.grads = capture(lambda: body(grad_input), grad_input.device)
         self.grad_input = grad_input
         self.backward_statics = Statics(grad_input, *self.grads)
@@ -188,7 +191,8 @@ class NodeReplay:
              backward: Callable[[Slot, Tensor], tuple] | None = None) -> tuple[Configuration, Slot | None]:
         """(the configuration of ``key`` on ``device``'s current stream, the slot this call's
         forward replays on or None to run it eagerly). ``keep``: the objects the key names by
-        ``id``, kept alive, whose tensors the bodies only read. A new slot's static input is
+        ``id``, kept alive, whose tensors the bodies only read. A new slot's static input
+        (initialised: a capture runs its body once eagerly first) is
         ``new_input()``, its forward body ``forward(input)``; its backward's static input
         ``new_grad_input(slot)`` and body ``backward(slot, grad_input)`` (None: no gradient is
         needed)."""
