@@ -190,6 +190,7 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, feat_dst: None, be
     def backward(slot: Slot, g: Tensor) -> tuple:
         return _backward_body(g, *slot.outputs[1:], None, beta, *pattern, *transposed, n_rows, k, precision, needs)
 
-    return replay.plan(key, (a, beta), feat.device, lambda: torch.zeros_like(feat, memory_format=torch.contiguous_format),
+    return replay.plan(key, (a, beta), feat.device,
+                       lambda: torch.zeros_like(feat, memory_format=torch.contiguous_format),
                        lambda x: _forward_body(x, None, beta, pattern, n_rows, k, precision),
                        lambda slot: torch.zeros_like(slot.outputs[0]), backward if any(needs) else None)

@@ -122,8 +122,8 @@ class _GraphConv(torch.autograd.Function):
         need_bias = ctx.needs_input_grad[2]
         bias_dtype = ctx.dtypes[2] if need_bias else None
         slot = None if ctx.replay is None else ctx.replay[1]
+        # the product's gradients run in its dtype
         if slot is not None and slot.replays_backward():
-            # the product's gradients run in its dtype
             grad_bias, _ = _bias_gradient(grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input)
             grad_feat, grad_weight = slot.replay_backward()
         else:
@@ -243,7 +243,8 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
         return _backward_body(g, saved, w, values, transposed, shape, k, precision, project_first, needs[:2],
                               (feat.dtype, weight_dtype))
 
-    return replay.plan(key, (a, values, weight, bias), feat.device, lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
+    return replay.plan(key, (a, values, weight, bias), feat.device,
+                       lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
                        lambda x: _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
                                                project_first),
                        grad_input, backward if any(needs) else None)

@@ -36,8 +36,6 @@ CONFIGURATIONS = 3  # per NodeReplay (training, evaluation, one more); the least
 AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
 
 _use_count = torch._C._storage_Use_Count
-
-
 _CAPTURE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # (device, caller's stream) -> capture stream
 
 
@@ -191,11 +189,10 @@ class NodeReplay:
              backward: Callable[[Slot, Tensor], tuple] | None = None) -> tuple[Configuration, Slot | None]:
         """(the configuration of ``key`` on ``device``'s current stream, the slot this call's
         forward replays on or None to run it eagerly). ``keep``: the objects the key names by
-        ``id``, kept alive, whose tensors the bodies only read. A new slot's static input
-        (initialised: a capture runs its body once eagerly first) is
-        ``new_input()``, its forward body ``forward(input)``; its backward's static input
-        ``new_grad_input(slot)`` and body ``backward(slot, grad_input)`` (None: no gradient is
-        needed)."""
+        ``id``, kept alive, whose tensors the bodies only read. A new slot's static input is
+        ``new_input()`` (initialised: a capture runs its body once eagerly first), its forward
+        body ``forward(input)``; its backward's static input ``new_grad_input(slot)`` and body
+        ``backward(slot, grad_input)`` (None: no gradient is needed)."""
         config = self.configuration((*key, current_stream(device)), keep)
 
         def make_backward(slot: Slot) -> None:
@@ -218,10 +215,6 @@ class NodeReplay:
         """(forward graphs, backward graphs) captured in the configurations kept."""
         slots = [s for c in self._configurations.values() for s in c.slots]
         return len(slots), sum(s.backward_graph is not None for s in slots)
-
-    def clear(self) -> None:
-        """Drop every configuration (their graphs and buffers go once no pending backward holds a slot)."""
-        self._configurations.clear()
 
     def __deepcopy__(self, memo) -> NodeReplay:
         return NodeReplay(self.enabled)
