@@ -23,7 +23,7 @@ from ._autograd import tracing
 from ._pattern import check_dense, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
-from .replay import Configuration, NodeReplay, Slot
+from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
 from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
@@ -35,7 +35,7 @@ class _Propagate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision, replay):
         """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
-        slot = None if replay is None else replay[1]
+        slot = forward_slot(replay)
         if slot is not None:
             out, *saved = slot.replay_forward(feat)
         else:
@@ -47,15 +47,13 @@ class _Propagate(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        slot = None if ctx.replay is None else ctx.replay[1]
-        if slot is not None and slot.replays_backward():
+        slot = backward_slot(ctx.replay)
+        if slot is not None:
             slot.grad_input.copy_(grad)
             grads = slot.replay_backward()
         else:
             grads = _backward_body(grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision,
                                    ctx.needs_input_grad[:3])
-            if ctx.replay is not None:
-                ctx.replay[0].backward_warm = True
         return *grads, None, None, None, None, None, None
 
 

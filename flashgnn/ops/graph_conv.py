@@ -33,7 +33,7 @@ from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ._autograd import tracing
 from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
 from .precision import check_precision, half_storage, kernel_operands
-from .replay import Configuration, NodeReplay, Slot
+from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .spmm import _spmm, spmm
 
 
@@ -103,7 +103,7 @@ class _GraphConv(torch.autograd.Function):
         """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
         dtype = _dense_dtype(feat) if weight is not None else feat.dtype
         project_first = _projects_first(weight)
-        slot = None if replay is None else replay[1]
+        slot = forward_slot(replay)
         if slot is not None:
             out, saved, w = slot.replay_forward(feat)
         else:
@@ -121,9 +121,9 @@ class _GraphConv(torch.autograd.Function):
         saved, w, values, *transposed = ctx.saved_tensors
         need_bias = ctx.needs_input_grad[2]
         bias_dtype = ctx.dtypes[2] if need_bias else None
-        slot = None if ctx.replay is None else ctx.replay[1]
+        slot = backward_slot(ctx.replay)
         # the product's gradients run in its dtype
-        if slot is not None and slot.replays_backward():
+        if slot is not None:
             grad_bias, _ = _bias_gradient(grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input)
             grad_feat, grad_weight = slot.replay_backward()
         else:
@@ -131,8 +131,6 @@ class _GraphConv(torch.autograd.Function):
             grad_feat, grad_weight = _backward_body(grad, saved, w, values, transposed, ctx.shape, ctx.k,
                                                     ctx.precision, ctx.project_first, ctx.needs_input_grad[:2],
                                                     ctx.dtypes[:2])
-            if ctx.replay is not None:
-                ctx.replay[0].backward_warm = True
         return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 

@@ -31,17 +31,14 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .._cuda.runtime import current_stream
+
 SLOTS = 2  # per configuration: the step in flight and the one before it
 CONFIGURATIONS = 3  # per NodeReplay (training, evaluation, one more); the least recently used goes first
 AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
 
 _use_count = torch._C._storage_Use_Count
 _CAPTURE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # (device, caller's stream) -> capture stream
-
-
-def current_stream(device: torch.device) -> int:
-    """The raw handle of torch's current stream on CUDA ``device`` (part of every key)."""
-    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 def capture(body: Callable[[], object], device: torch.device) -> tuple[torch.cuda.CUDAGraph, object]:
@@ -166,6 +163,23 @@ class Configuration:
             warnings.warn(f"flashgnn: capturing a layer's kernels in a CUDA graph failed, it runs eagerly: {e}")
             return None
         return slot
+
+
+def forward_slot(plan: tuple[Configuration, Slot | None] | None) -> Slot | None:
+    """The slot an op's forward replays on, from ``NodeReplay.plan``'s result (None: eager)."""
+    return None if plan is None else plan[1]
+
+
+def backward_slot(plan: tuple[Configuration, Slot | None] | None) -> Slot | None:
+    """The slot whose backward replays for a forward planned as ``plan``, or None: the op's
+    eager backward runs, which warms this configuration's backward for a capture."""
+    if plan is None:
+        return None
+    config, slot = plan
+    if slot is not None and slot.replays_backward():
+        return slot
+    config.backward_warm = True
+    return None
 
 
 class NodeReplay:
