@@ -290,7 +290,7 @@ def test_a_new_block_costs_few_host_synchronisations(rng):
     conversion reads its checks at once (CSR rows, eids, zero in-degree), then the duplicates
     after its sort; A and A^T one read each (A^T from the graph's CSR), which also brings the
     totals of their segments, so the first step reads nothing, nor does a step on the prepared
-    graph (bounds as measured on an H100, 2026-11-24)."""
+    graph."""
     src, dst = block_edges(rng, n_src=700, n_dst=300)
     block = FakeDGLGraph(src, dst, 700, rng, num_dst=300)
     for name in ("_indptr", "_indices", "_eids"):

@@ -35,7 +35,7 @@ def assert_same_format(f: MEBCRS, g: MEBCRS) -> None:
 
 # ---------------------------------------------------------------------------- layout
 def test_worked_example_k4():
-    """A 10 x 12 matrix laid out by hand from DESIGN.md: window 0 has 5 vectors (a full 8 x 4
+    """A 10 x 12 matrix laid out by hand from docs/FORMAT.md: window 0 has 5 vectors (a full 8 x 4
     block, then an 8 x 1 block), window 1 (rows 8-9, six padding rows) has 2 vectors."""
     entries = [(0, 1), (0, 5), (2, 1), (2, 3), (3, 9), (7, 11), (8, 0), (9, 0), (9, 4)]
     rows, cols = np.array(entries).T

@@ -100,7 +100,7 @@ def test_a_sample_reads_the_device_twice_per_hop(fanouts, rng):
     gen = torch.Generator("cuda").manual_seed(0)
     sampler.sample(seeds, gen)  # (the first call makes the sampler's buffers)
     # the fewest of three calls: torch makes a one-time synchronisation of its own in one of
-    # the first calls of a process (torch/__init__.py, seen on an H100 with torch 2.11)
+    # the first calls of a process (torch/__init__.py)
     syncs = min(host_syncs(lambda: sampler.sample(seeds, gen)) for _ in range(3))
     assert syncs == 1 + 2 * len(fanouts), f"{syncs} host synchronisations"
 
