@@ -6,10 +6,12 @@ that holds at least one nonzero (an 8x1 slice); a window's vectors are sorted by
 k = 4 for tf32). Values are stored block after block: a full block as 8 x k values,
 row-major; the window's last block, holding r = n_vec mod k vectors, as 8 x r, row-major,
 with no padding. So vector ``v`` of window ``w`` owns 8 value slots and the whole value
-array has exactly ``8 * n_vectors`` entries.
+array has exactly ``8 * n_vectors`` entries. docs/FORMAT.md specifies every array.
 
 This module is the executable specification of the format: the GPU builder and every
-kernel are tested against it.
+kernel are tested against it. It imports no kernels: ``from_csr`` builds on a device with
+the builder registered for the device's type (``flashgnn.device_builders``): the reference
+builder below for the CPU, the GPU builder for CUDA, which ``flashgnn.ops`` registers.
 """
 from __future__ import annotations
 
@@ -17,99 +19,14 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ._cuda.pattern_nnz import remember_nnz
+from .device_builders import builder_for, register_builder
+from .format16 import Blocked16
+from .pattern_nnz import remember_nnz
 from .tensor_cache import built_for_reuse
+from .windowed import SlotCoords, WindowedFormat, csr_inputs
 
 WINDOW = 8
 BLOCK_WIDTHS = (8, 4)
-
-
-def _as_index_tensor(a, name: str) -> torch.Tensor:
-    t = torch.as_tensor(a)
-    if t.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{name} must hold int32 or int64 indices, got {t.dtype}")
-    if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
-    return t.to(torch.int64)
-
-
-def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
-    """Raise ValueError unless (indptr, indices) is a canonical CSR pattern of n_cols columns:
-    monotone row pointers, in-range columns, strictly increasing columns within each row.
-    Every check is computed on the tensors' device and read back at once (one host
-    synchronisation on a GPU; mini-batch training builds a graph per step)."""
-    if indptr.numel() < 1:
-        raise ValueError("indptr must have n_rows + 1 >= 1 entries")
-    nnz = indices.numel()
-    checks = [indptr[0], indptr[-1], (indptr[1:] < indptr[:-1]).any()]
-    if nnz:
-        step = indices[1:] - indices[:-1]
-        # positions whose successor starts a new row; rows past the end go to a spare slot
-        row_ends = indptr[1:-1] - 1
-        row_ends = torch.where((row_ends >= 0) & (row_ends < step.numel()), row_ends, step.numel())
-        same_row = torch.ones(step.numel() + 1, dtype=torch.bool, device=indices.device)
-        same_row.index_fill_(0, row_ends, False)
-        bad = same_row[:-1] & (step <= 0)
-        checks += [indices.min(), indices.max(), bad.any()]
-    first, last, decreasing, *columns = torch.stack([c.to(torch.int64) for c in checks]).tolist()
-    if first != 0:
-        raise ValueError(f"indptr[0] must be 0, got {first}")
-    if last != nnz:
-        raise ValueError(f"indptr[-1] = {last} does not match len(indices) = {nnz}")
-    if decreasing:
-        raise ValueError("indptr must be non-decreasing")
-    if not nnz:
-        return
-    lo, hi, unordered = columns
-    if lo < 0 or hi >= n_cols:
-        raise ValueError(f"column index out of range [0, {n_cols}): found {lo if lo < 0 else hi}")
-    if unordered:
-        pos = int(bad.nonzero()[0])
-        row = int(torch.searchsorted(indptr, torch.tensor(pos, device=indptr.device), right=True)) - 1
-        kind = "duplicate" if int(step[pos]) == 0 else "unsorted"
-        raise ValueError(
-            f"{kind} column indices in row {row} (positions {pos} and {pos + 1}); "
-            "columns must be strictly increasing within a row"
-        )
-
-
-def csr_inputs(indptr, indices, values, n_cols: int | None, device):
-    """Checked builder inputs: (indptr int64, indices int64, values [nnz] float (ones when
-    None), n_cols, target torch.device), all on the device of ``indices``; ValueError naming
-    the first problem (see check_csr)."""
-    indptr_t = _as_index_tensor(indptr, "indptr")
-    indices_t = _as_index_tensor(indices, "indices")
-    device = torch.device(indices_t.device if device is None else device)
-    nnz = indices_t.numel()
-    if n_cols is None:
-        n_cols = int(indices_t.max()) + 1 if nnz else 0
-    if n_cols < 0 or n_cols >= 2**31:
-        raise ValueError(f"n_cols must be in [0, 2^31), got {n_cols}")
-    if values is None:
-        values_t = torch.ones(nnz, dtype=torch.float32, device=indices_t.device)
-    else:
-        values_t = torch.as_tensor(values)
-        if values_t.dim() != 1 or values_t.numel() != nnz:
-            raise ValueError(
-                f"values must be 1-D with one entry per nonzero ({nnz}), got shape {tuple(values_t.shape)}"
-            )
-        if not values_t.is_floating_point():
-            raise ValueError(f"values must be floating point, got {values_t.dtype}")
-    indptr_t = indptr_t.to(indices_t.device)
-    check_csr(indptr_t, indices_t, n_cols)
-    return indptr_t, indices_t, values_t, n_cols, device
-
-
-@dataclass
-class SlotCoords:
-    """Coordinates of the real (nonzero-pattern) value slots of an ME-BCRS matrix.
-
-    slot, row, col: int64 [nnz], ordered by slot.
-    """
-
-    slot: torch.Tensor
-    row: torch.Tensor
-    col: torch.Tensor
 
 
 def vector_windows(row_ptr: torch.Tensor, n_vectors: int | None = None) -> torch.Tensor:
@@ -144,36 +61,6 @@ def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     order = torch.argsort(slot)
     vector, row = real[order] // WINDOW, real[order] % WINDOW
     return SlotCoords(slot[order], WINDOW * win[vector] + row, col_idx.to(torch.int64)[vector])
-
-
-@dataclass
-class WindowedFormat:
-    """The arrays and sizes common to the windowed formats (MEBCRS, format16.Blocked16); each
-    documents what its arrays hold."""
-
-    row_ptr: torch.Tensor
-    col_idx: torch.Tensor
-    values: torch.Tensor
-    perm: torch.Tensor
-    vec_mask: torch.Tensor
-    n_rows: int
-    n_cols: int
-
-    @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
-    def n_windows(self) -> int:
-        return self.row_ptr.numel() - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
 
 @dataclass
@@ -224,8 +111,6 @@ class MEBCRS(WindowedFormat):
         blocks of 16 x 8; ``k`` must stay 8).
         """
         if vector == 16:
-            from .format16 import Blocked16
-
             if k != 8:
                 raise ValueError(f"the 16x1 format has blocks of 16 x 8 (one width for every precision); got k = {k}")
             return Blocked16.from_csr(indptr, indices, values, n_cols=n_cols, device=device)
@@ -385,21 +270,21 @@ def build_pattern(indptr, indices, n_cols: int, k: int):
 
 def build_canonical(indptr, indices, values, n_cols: int, device: torch.device, k: int) -> MEBCRS:
     """ME-BCRS of a CSR known to be canonical (int64 indptr and indices, float values [nnz]),
-    built on ``device`` without the checks of ``MEBCRS.from_csr``: for callers whose CSR is
-    canonical by construction (a Graph's, A^T's)."""
+    built on ``device`` by the builder registered for its type, without the checks of
+    ``MEBCRS.from_csr``: for callers whose CSR is canonical by construction (a Graph's, A^T's)."""
     if k not in BLOCK_WIDTHS:
         raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
-    if device.type == "cuda":
-        from ._cuda.build import build_mebcrs_cuda
-
-        return build_mebcrs_cuda(indptr, indices, values, n_cols, k, device)
-    return _build_reference(indptr.to(device), indices.to(device), values.to(device), n_cols, k)
+    arrays = builder_for(device).build_mebcrs(indptr, indices, values, n_cols, k, device)
+    return MEBCRS(*arrays, indptr.numel() - 1, n_cols, k)
 
 
-def _build_reference(indptr, indices, values, n_cols, k) -> MEBCRS:
+def build_reference(indptr, indices, values, n_cols: int, k: int, device: torch.device):
+    """(row_ptr, col_idx, values, perm, vec_mask) of a canonical CSR, built by ``build_pattern``
+    on ``device``: the builder registered for the CPU."""
+    indptr, indices, values = indptr.to(device), indices.to(device), values.to(device)
     row_ptr, col_idx, perm, vec_mask = build_pattern(indptr, indices, n_cols, k)
     out_values = values.new_zeros(WINDOW * col_idx.numel()).index_copy_(0, perm, values)
-    return MEBCRS(row_ptr, col_idx, out_values, perm, vec_mask, indptr.numel() - 1, n_cols, k)
+    return row_ptr, col_idx, out_values, perm, vec_mask
 
 
 def _build_transpose(a: MEBCRS) -> Transpose:
@@ -420,3 +305,5 @@ def _build_transpose(a: MEBCRS) -> Transpose:
     return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot,
                      indptr)
 
+
+register_builder("cpu", build_reference)

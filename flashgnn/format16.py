@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .format import SlotCoords, WindowedFormat, csr_inputs
+from .device_builders import check_device
+from .windowed import SlotCoords, WindowedFormat, csr_inputs
 
 ROWS = 16   # rows per window
 COLS = 8    # columns per block
@@ -60,10 +61,7 @@ class Blocked16(WindowedFormat):
         """Build from a canonical CSR matrix; the arguments and their errors are those of
         ``MEBCRS.from_csr``. Vectorised torch, the same code on the CPU and the GPU."""
         indptr_t, indices_t, values_t, n_cols, device = csr_inputs(indptr, indices, values, n_cols, device)
-        if device.type == "cuda":
-            from ._cuda.runtime import require_device
-
-            require_device(device)  # a clear error where there is no usable GPU
+        check_device(device)  # a clear error where the device cannot be used
         indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         row_ptr, col_idx, perm, vec_mask = build_pattern16(indptr_t, indices_t, n_cols)
         out = values_t.to(device).new_zeros(BLOCK * row_ptr[-1].item()).index_copy_(0, perm, values_t.to(device))

@@ -27,12 +27,11 @@ import weakref
 import numpy as np
 import torch
 
-from ._cuda.gcn_norm import gcn_values_cuda
 from .block_diagonal import block_diagonal
-from .format import MEBCRS, build_canonical, check_csr
+from .format import MEBCRS, build_canonical
+from .ops.gcn_norm import NORMS, gcn_norm_factor, gcn_norm_values
 from .tensor_cache import built_for_reuse
-
-NORMS = ("both", "right", "left", "none")
+from .windowed import check_csr
 
 
 def _device_key(device) -> torch.device:
@@ -505,11 +504,8 @@ class Graph:
 
         def build():
             weight = self._csr_weight(dtype)
-            a = self.adj(k)
-            if self.device.type == "cuda" and dtype == torch.float32:  # one kernel: new blocks every mini-batch
-                return gcn_values_cuda(self.indptr, self.indices, self.num_src_nodes, a.perm, a.n_slots, norm, weight)
-            factor = self._norm_factor(norm, dtype)
-            return a.values_from_csr(factor if weight is None else factor * weight)
+            return gcn_norm_values(self.adj(k), self.indptr, self.indices, self.num_src_nodes, norm,
+                                   dtype, weight)
         return self._cached(("gcn_values", k, norm, dtype), build)
 
     def _csr_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
@@ -517,18 +513,9 @@ class Graph:
         return None if self.edge_weight is None else self.edge_weight[self.edge_ids].to(dtype)
 
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
-        """The degree normalisation of every CSR position, [E] in ``dtype``."""
-        def build():
-            power = -0.5 if norm == "both" else -1.0
-            factors = []
-            if norm in ("both", "right"):
-                factors.append(self.in_degrees().to(dtype).clamp_(min=1).pow_(power)[self.dst_of_csr()])
-            if norm in ("both", "left"):
-                factors.append(self.out_degrees().to(dtype).clamp_(min=1).pow_(power)[self.indices])
-            if not factors:
-                return torch.ones(self.num_edges, dtype=dtype, device=self.device)
-            return factors[0] if len(factors) == 1 else factors[0].mul_(factors[1])
-        return self._cached(("norm", norm, dtype), build)
+        """The degree normalisation of every CSR position, [E] in ``dtype`` (cached)."""
+        return self._cached(("norm", norm, dtype), lambda: gcn_norm_factor(
+            self.indptr, self.indices, self.num_src_nodes, norm, dtype))
 
 
 _DGL_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

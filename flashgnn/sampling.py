@@ -1,13 +1,13 @@
 """Neighbour sampling for mini-batch training: the blocks of a batch of seed nodes, as DGL's
 ``NeighborSampler`` makes them, built as bipartite flashgnn Graphs on the graph's device with
-vectorised torch and one kernel (no loop over nodes; two host synchronisations per hop, to size
-tensors, and one for the seed checks)."""
+vectorised torch and ``flashgnn.ops.sample_in_edges`` (no loop over nodes; two host
+synchronisations per hop, to size tensors, and one for the seed checks)."""
 from __future__ import annotations
 
 import torch
 
-from ._cuda.sample_neighbors import MAX_FANOUT, sample_in_edges_cuda
 from .graph import Graph
+from .ops.sampling import sample_in_edges
 
 
 class NeighborSampler:
@@ -69,11 +69,8 @@ class NeighborSampler:
         kept = degree if fanout < 0 else degree.clamp(max=fanout)
         kept_end = torch.cumsum(kept, 0)
         total, n_kept, zero_in = torch.stack([degree.sum(), kept.sum(), (degree == 0).any()]).tolist()
-        if device.type == "cuda" and 1 <= fanout <= MAX_FANOUT:
-            seed = torch.randint(0, 1 << 62, (1,), device=device, generator=generator)
-            row, pos = sample_in_edges_cuda(g.indptr, dst_nodes, kept_end, n_kept, seed)
-        else:
-            row, pos = _sample_in_edges(start, degree, total, n_kept, fanout, generator)
+        row, pos = sample_in_edges(g.indptr, dst_nodes, start, degree, kept_end, total, n_kept,
+                                   fanout, generator)
         src = g.indices[pos]
         local = self._local
         local[dst_nodes] = torch.arange(n_dst, device=device)
@@ -95,18 +92,3 @@ class NeighborSampler:
         block = Graph._from_canonical(indptr, src_local[order], (n_src, n_dst), order, weight, bool(zero_in))
         return block, torch.cat([dst_nodes, new])
 
-
-def _sample_in_edges(start, degree, total: int, n_kept: int, fanout: int, generator):
-    """(row, pos) of the kept in-edges, grouped by destination row (torch: every in-edge gets a
-    random key, one sort by (row, key), the first ``fanout`` of each row kept)."""
-    device = start.device
-    row = torch.repeat_interleave(torch.arange(degree.numel(), device=device), degree, output_size=total)
-    row_first = torch.cumsum(degree, 0) - degree
-    pos = torch.arange(total, device=device) - row_first[row] + start[row]
-    if n_kept == total:
-        return row, pos
-    key = (row << 31) | torch.randint(0, 1 << 31, (total,), device=device, generator=generator)
-    key, order = torch.sort(key)
-    rank = torch.arange(total, device=device) - row_first[key >> 31]
-    chosen = order[torch.nonzero_static(rank < fanout, size=n_kept).flatten()]
-    return row[chosen], pos[chosen]

@@ -1,11 +1,14 @@
-"""An independent reading of ME-BCRS as ../shared/docs/DESIGN.md defines it, used to check
+"""An independent reading of ME-BCRS as docs/FORMAT.md §1 specifies it, used to check
 flashgnn.format without trusting any of its code.
 
 - Rows are cut into windows of 8; a vector is one column of one window holding >= 1 nonzero;
-  a window's vectors are sorted by column.
-- row_ptr[w] .. row_ptr[w + 1] are window w's vectors; col_idx[v] is vector v's column.
+  a window's vectors are sorted by column (§1.1).
+- row_ptr[w] .. row_ptr[w + 1] are window w's vectors; col_idx[v] is vector v's column (§1.2).
 - values: block after block, k vectors a block; a full block is 8 x k row-major, the window's
-  last block of r = n_vec mod k vectors is 8 x r row-major; blocks are contiguous, no padding.
+  last block of r = n_vec mod k vectors is 8 x r row-major; blocks are contiguous, no padding
+  (§1.3); padding slots hold 0.
+- perm[i] is the slot of the i-th nonzero in CSR order; bit r of vec_mask[v] marks row r of
+  vector v as a nonzero (§1.4).
 
 The decoder walks windows with a Python loop and each window's blocks with NumPy; it is
 meant for the test matrices and the graphs of ../shared/datasets, not for large inputs.
@@ -43,7 +46,8 @@ class Slots:
 
 
 def decode(row_ptr, col_idx, values, k: int, n_rows: int, n_cols: int) -> Slots:
-    """Read every value slot of an ME-BCRS matrix; AssertionError on a malformed layout."""
+    """Read every value slot of an ME-BCRS matrix (FORMAT.md §1.3); AssertionError on a
+    malformed layout (the invariants of §1.6 it can see)."""
     row_ptr = _numpy(row_ptr, np.int64)
     col_idx = _numpy(col_idx, np.int64)
     values = _numpy(values, np.float64)
@@ -114,7 +118,7 @@ def assert_mebcrs_of(fmt, a: sp.csr_matrix) -> None:
     """Every public field of an ``MEBCRS`` (read as plain arrays) against the canonical scipy
     CSR matrix ``a``: layout and values as ``assert_encodes``; perm[i] is the slot of a's i-th
     nonzero in CSR order; bit r of vec_mask[v] is set exactly when row r of vector v is a
-    nonzero."""
+    nonzero (FORMAT.md §1.4)."""
     a = sp.csr_matrix(a)
     assert (fmt.n_rows, fmt.n_cols) == a.shape, f"shape {(fmt.n_rows, fmt.n_cols)} != {a.shape}"
     s, in_pattern = _assert_encodes(fmt.row_ptr, fmt.col_idx, fmt.values, fmt.k, a)

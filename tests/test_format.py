@@ -3,13 +3,16 @@ scipy: random matrices, every graph of ../shared/datasets, a sample of DLMC, and
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn.format import MEBCRS, decode_slots, vector_slots
+from flashgnn import device_builders
+from flashgnn.format import MEBCRS, build_reference, decode_slots, vector_slots
 from tests.helpers import csr_from_coo, graph_names, graph_params, load_dlmc, random_csr, random_values
 from tests.mebcrs_spec import assert_mebcrs_of
 
@@ -35,8 +38,9 @@ def assert_same_format(f: MEBCRS, g: MEBCRS) -> None:
 
 # ---------------------------------------------------------------------------- layout
 def test_worked_example_k4():
-    """A 10 x 12 matrix laid out by hand from docs/FORMAT.md: window 0 has 5 vectors (a full 8 x 4
-    block, then an 8 x 1 block), window 1 (rows 8-9, six padding rows) has 2 vectors."""
+    """The worked example of docs/FORMAT.md §1.5, a 10 x 12 matrix laid out by hand: window 0
+    has 5 vectors (a full 8 x 4 block, then an 8 x 1 block), window 1 (rows 8-9, six padding
+    rows) has 2 vectors."""
     entries = [(0, 1), (0, 5), (2, 1), (2, 3), (3, 9), (7, 11), (8, 0), (9, 0), (9, 4)]
     rows, cols = np.array(entries).T
     vals = 1.0 + 12 * rows + cols
@@ -63,6 +67,7 @@ def test_worked_example_k4():
     # with k = 8 window 0 is one 8 x 5 block
     fmt8 = build(a, k=8)
     assert fmt8.values[:40].reshape(8, 5)[3].tolist() == [0, 0, 0, 46, 0]
+    assert fmt8.perm.tolist() == [0, 2, 10, 11, 18, 39, 40, 42, 43]
     assert_mebcrs_of(fmt8, a)
 
 
@@ -391,3 +396,49 @@ def test_from_csr_rejects_bad_input(name):
     args, kwargs, message = BAD_INPUTS[name]
     with pytest.raises(ValueError, match=message):
         MEBCRS.from_csr(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------- device builders
+def test_from_csr_builds_with_the_builder_registered_for_the_device(monkeypatch, rng):
+    """format.py reaches a device's builder only through flashgnn.device_builders; the builder
+    returns plain arrays and the format assembles the MEBCRS."""
+    monkeypatch.setattr(device_builders, "_BUILDERS", dict(device_builders._BUILDERS))
+    calls = []
+
+    def build(indptr, indices, values, n_cols, k, device):
+        calls.append((n_cols, k, device))
+        return build_reference(indptr, indices, values, n_cols, k, torch.device("cpu"))
+
+    device_builders.register_builder("xpu", build)
+    a = random_csr(21, 17, 0.3, rng)
+    fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data, n_cols=17, k=4, device="xpu")
+    assert calls == [(17, 4, torch.device("xpu"))]
+    assert_same_format(fmt, MEBCRS.from_csr(a.indptr, a.indices, a.data, n_cols=17, k=4))
+
+    def unusable(device):
+        raise RuntimeError(f"{device} is unusable")
+
+    device_builders.register_builder("xpu", build, check=unusable)
+    # the 16x1 format, built by the same torch code everywhere, only checks the device
+    with pytest.raises(RuntimeError, match="xpu is unusable"):
+        MEBCRS.from_csr(a.indptr, a.indices, a.data, vector=16, device="xpu")
+    assert len(calls) == 1
+
+
+def test_a_device_without_a_builder_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(device_builders, "_BUILDERS", {"cpu": device_builders._BUILDERS["cpu"]})
+    with pytest.raises(RuntimeError, match="registered for cuda devices .*registered: cpu"):
+        MEBCRS.from_csr([0, 1, 2], [1, 0], device="cuda")
+    with pytest.raises(RuntimeError, match="no format builder is registered for xpu devices"):
+        MEBCRS.from_csr([0, 1, 2], [1, 0], device="xpu")
+
+
+def test_sections_cited_from_the_format_document_exist():
+    """Code and tests cite docs/FORMAT.md by section (§1.3): each cited section is a heading."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs/FORMAT.md").read_text()
+    headings = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.M))
+    cited = set()
+    for path in [*root.glob("flashgnn/**/*.py"), *root.glob("tests/*.py"), *root.glob("docs/*.md")]:
+        cited |= set(re.findall(r"§(\d+(?:\.\d+)?)", path.read_text()))
+    assert cited and cited <= headings, f"not sections of FORMAT.md: {sorted(cited - headings)}"

@@ -94,6 +94,26 @@ def test_matches_definition_on_real_graphs(name, load_graph):
     assert fmt.n_padding_columns == padded and fmt.n_vectors == 8 * fmt.n_blocks - padded
 
 
+def test_worked_example():
+    """docs/FORMAT.md §2.3: the 10 x 12 matrix of §1.5 is one 16-row window of seven distinct
+    columns, one block whose eighth column is padding."""
+    entries = [(0, 1), (0, 5), (2, 1), (2, 3), (3, 9), (7, 11), (8, 0), (9, 0), (9, 4)]
+    rows, cols = np.array(entries).T
+    a = sp.csr_matrix((1.0 + 12 * rows + cols, (rows, cols)), shape=(10, 12))
+    fmt = check_against_definition(a)
+    assert fmt.row_ptr.tolist() == [0, 1]
+    assert fmt.col_idx.tolist() == [0, 1, 3, 4, 5, 9, 11, 11]
+    masks = [0b1100000000, 0b101, 0b100, 0b1000000000, 0b1, 0b1000, 0b10000000, 0]
+    assert fmt.vec_mask.tolist() == masks
+    assert fmt.perm.tolist() == [1, 4, 17, 18, 29, 62, 64, 72, 75]
+    assert (fmt.n_vectors, fmt.n_padding_columns) == (7, 1)
+
+
+def test_building_on_a_device_without_a_builder_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="no format builder is registered for xpu devices"):
+        MEBCRS.from_csr([0, 1, 2], [1, 0], device="xpu", vector=16)
+
+
 def test_counts_and_layout_sizes(rng):
     a = random_csr(50, 40, 0.2, rng)
     fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data, vector=16)

@@ -9,9 +9,9 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from flashgnn import Graph
+from flashgnn import MEBCRS, Graph
 from flashgnn.graph import as_graph
-from flashgnn.ops import spmm
+from flashgnn.ops import gcn_norm_values, spmm
 from tests.helpers import needs_gpu, random_csr
 
 
@@ -399,3 +399,22 @@ def test_non_finite_edge_weights_are_rejected():
     ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
     with pytest.raises(ValueError, match="edge_weight holds 1 NaN or infinite"):
         Graph.from_edge_index(ei, 3, edge_weight=torch.tensor([1.0, float("nan"), 2.0]))
+
+
+@pytest.mark.parametrize("norm", ["both", "right", "left", "none"])
+def test_gcn_norm_values_op_on_a_csr_and_its_format(norm, rng):
+    """ops.gcn_norm_values, which Graph.gcn_values calls: a bipartite CSR's normalised values in
+    the layout of its ME-BCRS, by the degrees of the CSR alone."""
+    a = random_csr(13, 21, 0.3, rng)
+    fmt = MEBCRS.from_csr(a.indptr, a.indices, n_cols=21)
+    indptr, indices = torch.from_numpy(a.indptr).long(), torch.from_numpy(a.indices).long()
+    weight = torch.from_numpy(rng.uniform(0.5, 2.0, a.nnz))
+    got = gcn_norm_values(fmt, indptr, indices, 21, norm, torch.float64, weight)
+    d_in = np.maximum(np.diff(a.indptr), 1)[:, None]
+    d_out = np.maximum(np.bincount(a.indices, minlength=21), 1)[None, :]
+    scale = {"both": 1 / np.sqrt(d_in * d_out), "right": 1 / d_in + 0 * d_out,
+             "left": 1 / d_out + 0 * d_in, "none": np.ones((13, 21))}[norm]
+    weighted = sp.csr_matrix((weight.numpy(), a.indices, a.indptr), shape=(13, 21)).toarray()
+    assert got.dtype == torch.float64
+    dense = fmt.with_values(got).to_dense().numpy()
+    np.testing.assert_allclose(dense, weighted * scale, rtol=1e-12)

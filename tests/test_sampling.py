@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashgnn import Graph
+from flashgnn import Graph, ops
 from flashgnn.sampling import NeighborSampler
 from models import AGNN, GCN
 from tests.helpers import GPU, host_syncs, needs_gpu, random_csr
@@ -142,3 +142,22 @@ def test_bad_inputs(rng):
         sampler.sample(torch.tensor([1.0]))
     input_nodes, (block,) = sampler.sample(torch.tensor([], dtype=torch.int64))
     assert input_nodes.numel() == 0 and block.num_edges == 0
+
+
+@pytest.mark.parametrize("fanout", [-1, 1, 2, 5])
+def test_sample_in_edges_op_keeps_distinct_in_edges_per_destination(fanout, rng):
+    """ops.sample_in_edges, which the sampler calls each hop (its torch twin on the CPU): per
+    destination, min(fanout, in-degree) distinct CSR positions of its own row, grouped by row."""
+    indptr = torch.tensor([0, 3, 3, 4, 9, 11])
+    dst = torch.tensor([3, 1, 0, 4])
+    start, degree = indptr[dst], indptr[dst + 1] - indptr[dst]
+    kept = degree if fanout < 0 else degree.clamp(max=fanout)
+    kept_end = torch.cumsum(kept, 0)
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    total, n_kept = int(degree.sum()), int(kept.sum())
+    row, pos = ops.sample_in_edges(indptr, dst, start, degree, kept_end, total, n_kept, fanout, gen)
+    assert torch.equal(row, torch.repeat_interleave(torch.arange(4), kept))
+    for i in range(4):
+        mine = pos[row == i]
+        assert mine.unique().numel() == mine.numel()
+        assert bool(((mine >= start[i]) & (mine < start[i] + degree[i])).all())

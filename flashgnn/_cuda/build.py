@@ -44,14 +44,14 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
 
 
 def build_mebcrs_cuda(indptr, indices, values, n_cols: int, k: int, device: torch.device):
-    """ME-BCRS of a canonical CSR matrix, built on ``device``; the same arrays as the CPU
-    reference. indptr, indices: int64 (any device); values: float [nnz]."""
-    from ..format import MEBCRS, WINDOW
-
+    """(row_ptr, col_idx, values, perm, vec_mask) of the ME-BCRS of a canonical CSR matrix,
+    built on ``device``: the arrays of the CPU reference (flashgnn.format.build_reference).
+    indptr, indices: int64 (any device); values: float [nnz]; n_cols is the reference's (its
+    sort key needs it), not read here."""
     require_device(device)
     indptr = indptr.to(device=device, dtype=torch.int64).contiguous()
     indices = indices.to(device=device, dtype=torch.int64).contiguous()
     row_ptr, col_idx, perm, vec_mask = build_pattern_cuda(indptr, indices, k)
     values = values.to(device)
-    out = move_values_cuda(values, None, perm, values.new_zeros(WINDOW * col_idx.numel()))
-    return MEBCRS(row_ptr, col_idx, out, perm, vec_mask, indptr.numel() - 1, n_cols, k)
+    out = move_values_cuda(values, None, perm, values.new_zeros(8 * col_idx.numel()))
+    return row_ptr, col_idx, out, perm, vec_mask

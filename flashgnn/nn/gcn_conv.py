@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..graph import NORMS
 from ..ops import graph_conv
+from ..ops.gcn_norm import NORMS
 from ..ops.precision import check_precision
 from ..ops.replay import NodeReplay
 from ..precision_context import block_width, resolve_precision

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._cuda.blocked16 import sddmm16_cuda, spmm16_cuda
 from ..format16 import Blocked16
 from .reference import sddmm_on_coords, spmm_on_coords
 
@@ -41,8 +42,6 @@ def spmm16(a: Blocked16, x: Tensor, precision: str, values: Tensor, out_fp32: bo
     if not _on_kernels(precision, values, x):
         y = spmm_on_coords(a.slot_coords(), values, x, a.n_rows, precision, out_fp32)
         return y.to(torch.float32 if out_fp32 else x.dtype)
-    from .._cuda.blocked16 import spmm16_cuda
-
     if values is not a.values:  # the kernel multiplies every slot: zero what is not a nonzero
         values = torch.where(a.real_slots(), values, values.new_zeros(()))
     return spmm16_cuda(a.row_ptr, a.col_idx, values, x, a.n_rows, precision,
@@ -55,6 +54,4 @@ def sddmm16(a: Blocked16, x: Tensor, y: Tensor, precision: str) -> Tensor:
     _forward_only("sddmm", x, y)
     if not _on_kernels(precision, x, y):
         return sddmm_on_coords(a.slot_coords(), a.n_slots, x, y, precision)
-    from .._cuda.blocked16 import sddmm16_cuda
-
     return sddmm16_cuda(a.row_ptr, a.col_idx, a.vec_mask, x, y, precision)

@@ -1,9 +1,9 @@
 """GAT's per-node score terms: each node's features dotted with its head's attention vectors.
 
 On the GPU one kernel each way (``kernels/score_terms.cu``); elsewhere, and when compiling,
-the same maths as products and sums in torch, which on a graph of millions of nodes build a
-[heads, rows, A, F] product tensor each way and reduce the attention vectors' gradient over
-the rows (about 9 ms of a 4-head GAT step at 2.4M nodes).
+the same maths as products and sums in torch, which build a [heads, rows, A, F] product tensor
+each way and reduce the attention vectors' gradient over the rows: a visible share of a GAT
+step on graphs of millions of nodes (docs/TUNING.md).
 """
 from __future__ import annotations
 
