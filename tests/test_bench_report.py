@@ -9,7 +9,6 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -129,7 +128,7 @@ def test_bad_inputs_are_clear(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------- the benchmark document
-REPO = Path(__file__).resolve().parents[1]
+REPO = results.REPO_ROOT  # the checkout whose flashgnn is imported
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 STAMP = {"commit": "0123456789abcdef0123456789abcdef01234567", "date": "2026-11-27T12:00:00+00:00",
          "torch": "2.11.0+cu130", "driver": "580.159.04", "cuda": "13.0"}
