@@ -8,8 +8,9 @@
 #   benchmarks/run_all.sh --compare ...    # keep each replaced result as <benchmark>.before.csv:
 #                                          # BENCHMARKS.md then shows the two runs side by side
 #
-# PYTHON names the interpreter (default: python). Exit status 1 when a benchmark recorded a
-# failed row (its CSV holds the row and the error) or did not run; the others still run.
+# PYTHON names the interpreter (default: python); FLASHGNN_COMMIT the commit for the stamps
+# where the tree is a copy without .git. Exit status 1 when a benchmark recorded a failed row
+# (its CSV holds the row and the error) or did not run; the others still run.
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}

@@ -251,6 +251,7 @@ def test_the_stamp_records_commit_date_and_command(tmp_path, monkeypatch):
                           text=True, check=True).stdout.strip()
     argv = ["/repo/flashgnn/__main__.py", "bench", "e2e", "--graphs", "a b"]
     monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.delenv("FLASHGNN_COMMIT", raising=False)
     path = tmp_path / "h200" / "e2e.csv"
     rows = [ModelRow("g", "GCN", "flashgnn", "fp16", ms=1.0)]
     table.write_csv(rows, path, {"gpu": H200}, ModelRow)
@@ -262,6 +263,8 @@ def test_the_stamp_records_commit_date_and_command(tmp_path, monkeypatch):
     env = environment(Timer(torch.device("cpu")))  # the benchmarks' own: the same three keys
     assert env["commit"] in (head, f"{head}-dirty")
     assert env["command"] == "flashgnn bench e2e --graphs 'a b'"
+    monkeypatch.setenv("FLASHGNN_COMMIT", "0123abc")  # a copy of the tree without .git
+    assert results.provenance()["commit"] == "0123abc"
 
 
 def test_results_sends_a_benchmark_csv_into_the_layout(tmp_path, monkeypatch):

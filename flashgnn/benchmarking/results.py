@@ -10,6 +10,7 @@ and, from ``provenance``, the commit, the UTC date and the command line that rep
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import shlex
 import subprocess
@@ -60,7 +61,10 @@ def before_path(path: Path) -> Path:
 def commit(repo: Path = REPO_ROOT) -> str:
     """The commit of the checkout that holds this package (``git rev-parse HEAD``), with
     "-dirty" when a tracked file outside the results folder differs from it (results written
-    earlier in the same run do not count); "unknown" outside a git checkout."""
+    earlier in the same run do not count); ``$FLASHGNN_COMMIT`` where set (a copy of a
+    checkout without its .git: the commit it was copied from); else "unknown"."""
+    if os.environ.get("FLASHGNN_COMMIT"):
+        return os.environ["FLASHGNN_COMMIT"]
     def git(*args: str) -> str:
         # safe.directory: a checkout copied to another machine may belong to another user
         return subprocess.run(["git", "-C", str(repo), "-c", f"safe.directory={repo}", *args],
