@@ -1,9 +1,14 @@
 """``flashgnn bench <benchmark>``: the benchmarks of ``flashgnn.benchmarking``, each a module
-with ``add_arguments(parser)`` and ``run(args) -> int``."""
+with ``add_arguments(parser)`` and ``run(args) -> int``. Every benchmark but ``report`` also
+takes ``--results DIR``: its CSV and stamp go to ``DIR/<gpu>/<benchmark>.csv``
+(``benchmarking/results.py``), where ``flashgnn bench report --results DIR`` finds them."""
 from __future__ import annotations
 
 import argparse
 import importlib
+from pathlib import Path
+
+from .benchmarking import results
 
 BENCHMARKS = {
     "kernels": ("flashgnn.benchmarking.kernels", "SpMM and SDDMM on ME-BCRS against cuSPARSE"),
@@ -24,7 +29,15 @@ def add_arguments(p) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         b.set_defaults(_benchmark_module=module)
         mod.add_arguments(b)
+        if name != "report":
+            b.add_argument("--results", type=Path, help="write the CSV and its stamp to "
+                           "RESULTS/<gpu>/<benchmark>.csv (instead of --csv)")
 
 
 def run(args) -> int:
+    if args.benchmark != "report" and args.results is not None:
+        if args.csv is not None:
+            raise ValueError("give --csv or --results, not both")
+        gpu = results.device_name(args.device)
+        args.csv = results.result_path(args.results, gpu, args.benchmark)
     return importlib.import_module(args._benchmark_module).run(args)

@@ -26,7 +26,6 @@ a sticky CUDA error, such as an illegal address, every later GPU row fails too).
 """
 from __future__ import annotations
 
-import datetime
 import platform
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from ..format import MEBCRS
 from ..ops import PRECISIONS, sddmm, spmm
 from . import table
 from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
+from .results import provenance
 from .table import Row
 from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
@@ -329,11 +329,11 @@ def driver_version() -> str:
 
 
 def environment(timer: Timer) -> dict[str, str]:
-    """Where a benchmark ran: date, torch, python, the command; the GPU (name, driver, CUDA,
-    SMs, memory, copy bandwidth) or the CPU. Written beside every result CSV."""
+    """Where a benchmark ran: the commit, UTC date and command (``results.provenance``), torch,
+    python; the GPU (name, driver, CUDA, SMs, memory, copy bandwidth) or the CPU. Written beside
+    every result CSV."""
     device = timer.device
-    env = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "torch": torch.__version__, "python": platform.python_version(), "command": " ".join(sys.argv)}
+    env = {**provenance(), "torch": torch.__version__, "python": platform.python_version()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(gpu=props.name, driver=driver_version(), cuda=str(torch.version.cuda),

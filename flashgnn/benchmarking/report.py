@@ -2,7 +2,10 @@
 benchmarks write, every table and plot stamped with where its numbers were measured (GPU,
 driver, torch, date: the ``<csv>.json`` each benchmark writes beside its CSV).
 
-Inputs, any subset: --kernels, --layers, --training, --e2e, --ablation (the --csv of
+--results DIR: the whole benchmark document (BENCHMARKS.md: how to read, how we measure, how
+to reproduce, one table per benchmark and GPU) from a results folder, ``<gpu>/<benchmark>.csv``
+as ``flashgnn bench <benchmark> --results DIR`` writes them (``document.py``).
+Else from single files, any subset: --kernels, --layers, --training, --e2e, --ablation (the --csv of
 ``flashgnn bench kernels``, ``layers``, ``training``, ``e2e``, ``ablation``; the ablation's
 rows are keyed by their ``vector`` column, 8 or 16).
 Tables: the speedup of each configuration over the graphs (how many, geometric mean, min,
@@ -23,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..ops import PRECISIONS
-from . import plots, table
+from . import document, plots, table
 from .ablation import AblationRow
 from .graphs import GENERATED
 from .kernels import OPS
@@ -40,6 +43,8 @@ def add_arguments(p) -> None:
     p.add_argument("--training", type=Path, help="CSV of flashgnn bench training")
     p.add_argument("--e2e", type=Path, help="CSV of flashgnn bench e2e")
     p.add_argument("--ablation", type=Path, help="CSV of 8x1 against 16x1 vectors (a 'vector' column of 8 or 16)")
+    p.add_argument("--results", type=Path,
+                   help="results folder (<gpu>/<benchmark>.csv): write the benchmark document")
     p.add_argument("--markdown", type=Path, required=True, help="write the tables to this Markdown file")
     p.add_argument("--plots", type=Path, help="write PNG plots into this folder")
 
@@ -178,9 +183,11 @@ def ablation_section(rep: Report, path: Path) -> None:
 def run(args) -> int:
     inputs = {name: getattr(args, name) for name in ("kernels", *MODEL_BENCHMARKS, "ablation")}
     given = {k: v for k, v in inputs.items() if v is not None}
+    if args.results is not None:
+        return write_document(args, given)
     if not given:
-        print("flashgnn bench report: give at least one of --kernels, --layers, --training, --e2e, --ablation",
-              file=sys.stderr)
+        print("flashgnn bench report: give at least one of --kernels, --layers, --training, "
+              "--e2e, --ablation, or --results", file=sys.stderr)
         return 2
     absent = [str(p) for p in given.values() if not p.is_file()]
     if absent:
@@ -204,4 +211,18 @@ def run(args) -> int:
         ablation_section(rep, given["ablation"])
     args.markdown.write_text("\n".join(rep.parts))
     print(f"wrote {args.markdown}" + "".join(f"\nwrote {p}" for p in rep.plots))
+    return 0
+
+
+def write_document(args, given: dict[str, Path]) -> int:
+    """The benchmark document of the folder --results, written to --markdown."""
+    if given or args.plots is not None:
+        print("flashgnn bench report: --results takes no single files and no --plots",
+              file=sys.stderr)
+        return 2
+    if not args.results.is_dir():
+        print(f"flashgnn bench report: no such folder: {args.results}", file=sys.stderr)
+        return 2
+    args.markdown.write_text(document.build(args.results, args.markdown.resolve().parent))
+    print(f"wrote {args.markdown}")
     return 0

@@ -9,6 +9,8 @@ from collections import defaultdict
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
+from .results import provenance
+
 
 @dataclass
 class Row:
@@ -56,7 +58,8 @@ def geomean_rows(rows: list[Row], graphs: set[str], label: str) -> list[Row]:
     ]
 
 
-def _cell(name: str, value) -> str:
+def cell(name: str, value) -> str:
+    """``value`` of the column ``name`` as a table shows it ("" for none)."""
     if value is None or value == "":
         return ""
     if name == "rel_err":
@@ -71,7 +74,7 @@ def _cell(name: str, value) -> str:
 
 
 def cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
-    return [[_cell(c, getattr(r, c)) for c in columns] for r in rows]
+    return [[cell(c, getattr(r, c)) for c in columns] for r in rows]
 
 
 def used_columns(rows: list[Row]) -> list[str]:
@@ -99,15 +102,18 @@ def headers(columns: list[str]) -> list[str]:
 
 def write_csv(rows: list, path, env: dict[str, str], row_type: type) -> None:
     """Write ``rows`` (``row_type`` dataclasses, one column per field) to the CSV file ``path``
-    and ``env`` (``kernels.environment``: GPU, driver, torch, date, ...) to
-    ``environment_path(path)``, so that a report can say where the numbers come from."""
+    (its folder created) and its stamp to ``environment_path(path)``: ``env``
+    (``kernels.environment``: commit, date, command, GPU, driver, torch, ...), any of the
+    commit, UTC date and command it lacks taken from ``results.provenance``, so that a report
+    can say where the numbers come from and how to measure them again."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     columns = [f.name for f in fields(row_type)]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
             writer.writerow({c: "" if getattr(r, c) is None else getattr(r, c) for c in columns})
-    environment_path(path).write_text(json.dumps(env, indent=1) + "\n")
+    environment_path(path).write_text(json.dumps({**provenance(), **env}, indent=1) + "\n")
 
 
 def environment_path(csv_path) -> Path:
