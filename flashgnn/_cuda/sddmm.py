@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .pattern_nnz import pattern_nnz
-from .runtime import f32, launch, launched_dependent, operand, ptr
+from .runtime import launch, launched_dependent, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
 from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, preamble_for, reduce_split_windows
@@ -148,7 +148,7 @@ def _gat_pass(which: str, pattern, x, y, precision: str, el, records, slope: flo
     shape = _launch_shape(seg)
     launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {which}>", x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"), seg.n_segments,
-           seg.seg_vectors, x.shape[0], x.shape[1], aligned, ptr(x), ptr(y), ptr(el), ptr(records), f32(slope),
+           seg.seg_vectors, x.shape[0], x.shape[1], aligned, ptr(x), ptr(y), ptr(el), ptr(records), slope,
            ptr(rows), ptr(parts), shmem=shape["shmem"])
     reduce_split_windows(seg, parts, rows.shape[0], rows.view(-1, stats))
     return rows

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 
 from ..tensor_cache import TensorCache
-from .runtime import current_stream, f32, launch, launched_dependent, operand, ptr, stride_blocks
+from .runtime import current_stream, launch, launched_dependent, operand, ptr, stride_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -156,7 +156,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if (values is None) != (gat is not None):
         raise ValueError("spmm: give A's values, or GAT's attention to compute them from, not both")
     if gat is None:
-        gat_args = (0, 0, f32(0.0))
+        gat_args = (0, 0, 0.0)
     else:
         if GAT_BLOCK_WIDTH.get(precision) != k:
             raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8 and tf32 at 4, got "
@@ -170,7 +170,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
                              f"{tuple(gat.el.shape)} and {tuple(info.shape)}")
         # contiguous (a GAT layer's el is often a strided view), held through the launch
         el, row_info = operand(gat.el, torch.float32), operand(gat.row_info, torch.float32)
-        gat_args = (ptr(el), ptr(row_info), f32(gat.slope))
+        gat_args = (ptr(el), ptr(row_info), gat.slope)
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out
