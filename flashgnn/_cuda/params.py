@@ -35,8 +35,8 @@ def slot_code(ctype: str) -> str:
         return SCALAR_CODES[ctype]
     if _POINTER.fullmatch(ctype):
         return POINTER_CODE
-    raise ValueError(f"unknown kernel parameter type {ctype!r}: a pointer ('[const ]type*') or one of "
-                     f"{', '.join(SCALAR_CODES)}")
+    raise ValueError(f"unknown kernel parameter type {ctype!r}: a pointer ('[const ]type*') or "
+                     f"one of {', '.join(SCALAR_CODES)}")
 
 
 class KernelParams:
@@ -51,7 +51,8 @@ class KernelParams:
         if bad or len(set(names)) != len(names):
             raise ValueError(f"kernel parameter names must be distinct identifiers, got {names}")
         if len(params) > MAX_PARAMS:
-            raise ValueError(f"a kernel takes at most {MAX_PARAMS} parameters here, got {len(params)}")
+            raise ValueError(f"a kernel takes at most {MAX_PARAMS} parameters here, "
+                             f"got {len(params)}")
         self.params = tuple((name, ctype) for name, ctype in params)
         self.struct = struct.Struct("<" + "".join(slot_code(ctype) for _, ctype in params))
 

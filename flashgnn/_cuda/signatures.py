@@ -10,7 +10,9 @@ from .params import KernelParams
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?![\w(])[ \t]*(.*)$", re.MULTILINE)
-_KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*(\([^()]*(?:\([^()]*\)[^()]*)*\))\s*)?(\w+)\s*\(")
+# __global__ void [__launch_bounds__(...)] name( -- the bounds may hold one level of parentheses
+_KERNEL = re.compile(r"__global__\s+void\s+"
+                     r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?(\w+)\s*\(")
 _TEMPLATE = re.compile(r"template\s*<([^{};]*)>\s*$")
 _TYPE_PARAM = re.compile(r"\b(?:typename|class)\s+(\w+)")
 _WORD = re.compile(r"\b\w+\b")
@@ -66,7 +68,8 @@ def normal_type(ctype: str, type_params: set[str]) -> str:
     return f"{'const ' if const else ''}{base}{'*' * stars}"
 
 
-def kernel_signatures(text: str, macros: dict[str, str] | None = None) -> dict[str, list[tuple[str, str]]]:
+def kernel_signatures(text: str, macros: dict[str, str] | None = None
+                      ) -> dict[str, list[tuple[str, str]]]:
     """Kernel name -> its parameters ``(name, C type)`` (``normal_type``) for every ``__global__``
     function of a .cu file's ``text``; object-like macros (the file's and ``macros``) are
     expanded in parameter lists."""
@@ -74,7 +77,7 @@ def kernel_signatures(text: str, macros: dict[str, str] | None = None) -> dict[s
     defined = {**(macros or {}), **object_macros(text)}
     found: dict[str, list[tuple[str, str]]] = {}
     for m in _KERNEL.finditer(code):
-        name = m.group(2)
+        name = m.group(1)
         open_at = m.end() - 1
         params = code[open_at + 1:_closing(code, open_at)]
         for _ in range(8):  # macros naming macros
@@ -97,13 +100,16 @@ def kernel_signatures(text: str, macros: dict[str, str] | None = None) -> dict[s
 def differences(kernel: str, declared: KernelParams, actual: list[tuple[str, str]]) -> list[str]:
     """How ``declared`` differs from the kernel's parameters ``actual``: one line per parameter
     whose name or type differs at its position, and one for the counts; empty when they agree."""
+    def show(param: tuple[str, str] | None) -> str:
+        return "nothing" if param is None else f"{param[0]}: {param[1]}"
+
     out = []
     for i in range(max(len(declared), len(actual))):
         want = declared.params[i] if i < len(declared) else None
         got = actual[i] if i < len(actual) else None
         if want != got:
-            show = lambda p: "nothing" if p is None else f"{p[0]}: {p[1]}"  # noqa: E731
-            out.append(f"{kernel}: parameter {i} is declared {show(want)}, the kernel has {show(got)}")
+            out.append(f"{kernel}: parameter {i} is declared {show(want)}, "
+                       f"the kernel has {show(got)}")
     if len(declared) != len(actual):
         out.append(f"{kernel}: {len(declared)} parameters declared, the kernel has {len(actual)}")
     return out
@@ -128,5 +134,6 @@ def check_declarations(kernels: Path, declared: dict[str, dict[str, KernelParams
         for kernel in sorted(set(mine) - set(actual)):
             problems.append(f"{file}: {kernel} is declared, but the file has no such kernel")
         for kernel in sorted(set(actual) & set(mine)):
-            problems += [f"{file}: {line}" for line in differences(kernel, mine[kernel], actual[kernel])]
+            lines = differences(kernel, mine[kernel], actual[kernel])
+            problems += [f"{file}: {line}" for line in lines]
     return problems
