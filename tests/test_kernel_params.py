@@ -8,12 +8,12 @@ import struct
 
 import pytest
 
-from flashgnn._cuda import runtime
+from flashgnn._cuda import runtime, sources
 from flashgnn._cuda.check import load_all_sources
 from flashgnn._cuda.declarations import DECLARED, SPMM_PARAMS
 from flashgnn._cuda.params import MAX_PARAMS, KernelParams
 from flashgnn._cuda.signatures import check_declarations, differences, kernel_signatures
-from flashgnn._cuda.sources import SOURCES, kernel_dir, register
+from flashgnn._cuda.sources import SOURCES, KernelSource, kernel_dir, register
 
 
 def declared_with(file: str, kernel: str, params: KernelParams) -> dict:
@@ -119,6 +119,18 @@ def test_an_instantiation_without_a_declaration_fails_to_register():
     with pytest.raises(ValueError, match=r"gcn_norm\.cu: fg::gcn_nothing has no declared"):
         register("gcn_norm.cu", ["fg::count_sources", "fg::gcn_nothing"])
     assert SOURCES == before
+
+
+def test_a_file_without_declarations_is_declared_by_its_text(tmp_path, monkeypatch):
+    """A benchmark's own kernels (a file declarations.py does not know) launch by the signature
+    the reader sees in their text, header macros expanded."""
+    (tmp_path / "extra.cuh").write_text("#define EXTRA_HEAD const int* idx, i64 n\n")
+    (tmp_path / "own.cu").write_text("namespace bench {\ntemplate <int V>\n"
+                                     "__global__ void floor(EXTRA_HEAD, float* out) {}\n}\n")
+    monkeypatch.setattr(sources, "kernel_dir", lambda: tmp_path)
+    own = KernelSource("own.cu", ("bench::floor<32>",))
+    assert own.params["bench::floor<32>"].params == (("idx", "const int*"), ("n", "i64"),
+                                                     ("out", "float*"))
 
 
 # ---------------------------------------------------------------------------- packing

@@ -29,6 +29,14 @@ def object_macros(text: str) -> dict[str, str]:
     return {name: body.strip() for name, body in _DEFINE.findall(_code(text))}
 
 
+def header_macros(kernels: Path) -> dict[str, str]:
+    """Object-like macros of the headers (*.cuh) of the folder ``kernels``."""
+    macros: dict[str, str] = {}
+    for header in sorted(kernels.glob("*.cuh")):
+        macros.update(object_macros(header.read_text()))
+    return macros
+
+
 def _split_top(text: str) -> list[str]:
     """``text`` cut at its commas outside <> and ()."""
     parts, depth, start = [], 0, 0
@@ -119,9 +127,7 @@ def check_declarations(kernels: Path, declared: dict[str, dict[str, KernelParams
     """Every difference between the kernels of ``kernels``/*.cu (headers' macros expanded) and
     ``declared`` (file -> kernel -> parameters): files and kernels on one side only, and
     ``differences`` of each kernel. Empty when they agree."""
-    macros: dict[str, str] = {}
-    for header in sorted(kernels.glob("*.cuh")):
-        macros.update(object_macros(header.read_text()))
+    macros = header_macros(kernels)
     problems = []
     files = {path.name: path for path in sorted(kernels.glob("*.cu"))}
     for file in sorted(set(declared) - set(files)):

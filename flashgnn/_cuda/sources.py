@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .declarations import DECLARED
 from .params import KernelParams
+from .signatures import header_macros, kernel_signatures
 
 
 def kernel_dir() -> Path:
@@ -45,8 +46,13 @@ class KernelSource:
     @functools.cached_property
     def params(self) -> dict[str, KernelParams]:
         """Name expression -> the parameters its kernel declares (declarations.py, by the
-        kernel's name without namespace and template arguments)."""
-        declared = DECLARED.get(self.file, {})
+        kernel's name without namespace and template arguments). A file declarations.py does
+        not know (a benchmark's own kernels) is declared by its text, as the signature reader
+        sees it."""
+        declared = DECLARED.get(self.file)
+        if declared is None:
+            read = kernel_signatures(self.text(), header_macros(kernel_dir()))
+            declared = {kernel: KernelParams(*params) for kernel, params in read.items()}
         out = {}
         for expression in self.name_expressions:
             kernel = expression.split("<", 1)[0].rsplit("::", 1)[-1].strip()
