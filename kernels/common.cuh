@@ -33,9 +33,8 @@ __device__ __forceinline__ void wait_for_previous_kernel(bool wait = true) {
 // Lets the next kernel of the stream be scheduled (its preamble then runs beside this kernel's
 // end); called by every thread after its wait_for_previous_kernel. Without it the next grid is
 // scheduled as this one's blocks exit. Where it goes is measured per kernel: the next grid's
-// blocks take the SMs with room first, so an early call can pile them onto a few SMs (fp16
-// SpMM at N = 128 12% slower back to back with the call at its start; the SDDMM gains more
-// from the overlap than it loses on a few graphs).
+// blocks take the SMs with room first, so an early call can pile them onto a few SMs (the SpMM
+// calls it after its loop, the SDDMM, which gains more from the overlap, before: docs/TUNING.md).
 __device__ __forceinline__ void allow_next_kernel() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -161,7 +161,7 @@ __device__ __forceinline__ void load_group(u32 (&w)[E * sizeof(T) / 4], const T*
 // Gathers the E features of row col of x at src = x + (this lane's first feature) into words,
 // or zeros when !in (col is then not read). WHOLE: the launch's rows are aligned and every
 // lane's E features lie inside N, so the load is one vector load and its address one 32 x
-// 32-bit wide multiply-add (mad.wide.u32, which the C++ expression under the predicate did not
+// 32-bit wide multiply-add (mad.wide.u32, which the C++ expression under the predicate does not
 // compile to); else load_group's checked path.
 template <bool WHOLE, typename T, int E>
 __device__ __forceinline__ void gather(u32 (&words)[E * sizeof(T) / 4], const T* src, int col, bool in, int n,

@@ -25,7 +25,7 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
     if (j0 + 16 <= count) {
         // all 16 vectors in whole blocks (j0 is a multiple of 16): vector j0 + g + 8h, row
         // 2t + e at a fixed offset from the lane's first slot, so the stores take no per-slot
-        // index arithmetic (it was half the instructions of a K = 32 loop step)
+        // index arithmetic (which would be half the instructions of a K = 32 loop step)
         float* slot = out + WINDOW * (first + j0) + (8 * (g & -k) + 2 * t * k + (g & (k - 1)));
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -53,8 +53,7 @@ __device__ __forceinline__ void store_group(const float (&d)[4], float* out, con
 // One precision's chunk of K: the dense element type, the RUN features each lane loads per chunk
 // (16 bytes; 8 or 4 for 16-bit types at K <= 16 or 8, where a chunk of 32 left lanes and MMAs
 // on zeros), and the MMAs that consume them: an m16n8k16 per two 32-bit words of the run (half
-// the MMAs and dependent steps of an m16n8k8 per word; session 29, back to back, real-graph
-// geomean, H200 / H100: K = 32 +0.5% / +0.6%, K = 128 +2.4% / +1.4%), an m16n8k8 for a
+// the MMAs and dependent steps of an m16n8k8 per word: docs/TUNING.md), an m16n8k8 for a
 // one-word run.
 template <int P, int RUN_> struct SddmmChunk {
     typedef u16 T;
@@ -113,8 +112,8 @@ struct SddmmSegment {
 // j0 + g + 8), after epi.columns(col) has seen, before their products, the columns of the
 // GROUPS groups of a loop step (col[q][h]: vector j0 + 8h + g of group q, -1 past the end).
 // ONE (WHOLE launches only): K is exactly one chunk, so no K loop and y's row stride is a
-// constant; a kernel of its own, whose registers do not set those of the loop (in one kernel
-// the K = 128 loop lost 6%). Returns the segment.
+// constant; a kernel of its own, whose registers do not set those of the loop (sharing one
+// kernel slowed the loop: docs/TUNING.md). Returns the segment.
 template <int P, bool WHOLE, int RUN, bool ONE, class Epilogue>
 __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ col_idx, const u8* __restrict__ vec_mask,
                                                       const int* __restrict__ seg_window,
@@ -140,7 +139,7 @@ __device__ __forceinline__ SddmmSegment sddmm_segment(const int* __restrict__ co
     }
     __syncwarp();
     wait_for_previous_kernel(preamble);
-    allow_next_kernel();  // early: the next grid's preamble beside this grid's loop (after it: K = 32 8.1x, not 9.9x)
+    allow_next_kernel();  // early: the next grid's preamble beside this grid's loop (docs/TUNING.md)
     u32 x0[Chunk::WORDS] = {};
     if (row < n_rows) load_group<T, Chunk::RUN>(x0, x + row * kdim + t * Chunk::RUN, kdim - t * Chunk::RUN, aligned);
     for (int j0 = 0; j0 < s.count; j0 += 16 * GROUPS) {

@@ -11,8 +11,8 @@
 // fp16/bf16 m16n8k8, 4 for tf32 m16n8k4): the gathered dense rows X[col] form the left operand
 // (16 features x KM vectors), the 8 x KM sparse block the right operand (n = 8 window rows), and
 // the accumulators hold 16 features x 8 rows, fp32. The gathers of the next two batches of
-// vectors are in flight during the MMAs of the current one (the loop is bound by gather latency:
-// on an H100 three batches in flight beat two by 4% on the real graphs at N = 128, four spill).
+// vectors are in flight during the MMAs of the current one (the loop is bound by gather latency;
+// three batches measured faster than two, and four spill: docs/TUNING.md).
 //
 // Coalesced mapping of the gather: lane (g, t) loads the 4 consecutive features f0 + 4g .. + 3 of
 // its vector(s) in one 8-byte (16-bit types) or 16-byte (fp32) load, so the 8 lanes sharing a
@@ -22,9 +22,8 @@
 // handed to lane (g, t) by shuffles (Batch<TF32>). The accumulators then hold, for rows 2t and
 // 2t + 1 of the window, the 4 consecutive features f0 + 4g ..: stores are vectors too. Launches
 // whose rows are aligned and whose N is a multiple of the chunk run a second instance of the
-// loop (multiply_run<WHOLE>) without per-gather checks (74 instructions per batch instead of
-// 180 when it was written, fp16, LF = 4), where the loop is partly issue-bound (ncu,
-// musae_github, N = 32: 0.57 issued per cycle and scheduler, 36% occupancy).
+// loop (multiply_run<WHOLE>) without per-gather checks (less than half the instructions per
+// batch), as the loop is partly issue-bound (docs/TUNING.md).
 //
 // On the small and mid-size graphs most of a warp's instructions are its fixed part, not its
 // batches: the placement takes shifts and a 2-D grid (place_work), runs stop after their last
@@ -35,8 +34,7 @@
 // deterministic whoever sums. A window of at most fuse_max segments is summed in this kernel by
 // the warp that finishes its chunk last (an atomic counter per window and chunk, reset by that
 // warp for the next launch); longer (hub) windows by the spmm_reduce launch, as one warp
-// summing a hub's partials would outlast the kernel (1.3x to 2.6x slower on an H200 with every
-// split window summed in-kernel).
+// summing a hub's partials would outlast the kernel (docs/TUNING.md).
 #include "mma.cuh"
 
 namespace fg {
@@ -102,8 +100,8 @@ struct WarpWork {
 
 // The work of this warp but for its segment's facts (read_segment). Block (x, y) holds segment
 // group x and chunk group y. warps_per_segment and ways are powers of two, so this takes no
-// division: at the head of every warp, the five integer divisions it was written with cost 166 of
-// the 870 instructions a warp issued (H100, gemsec_fb_company, N = 32).
+// division: it runs at the head of every warp, where divisions are a large share of a short
+// warp's instructions (docs/TUNING.md).
 template <int LF>
 __device__ __forceinline__ WarpWork place_work(const SpmmArgs& a) {
     constexpr int CHUNK = 8 * LF;
@@ -272,9 +270,8 @@ struct Batch {
 // 4. Quarter-warp c (lanes 8c .. 8c + 7) gathers vector c instead, lane 8c + p the features
 // lane (p, c) needs, and the MMA step takes them from lane 8t + g by shuffles: a 16-byte load
 // whose quarter-warps each read one row costs 4 L1 wavefronts where four rows cost 16, and
-// on graphs whose X stays in L2 the tf32 gather is bound by those wavefronts (H100, 33 real
-// graphs, geomean over cuSPARSE at N = 128 / 256: 1.36x / 1.30x -> 1.47x / 1.43x). The 16-bit
-// types gather half the bytes and lost to the shuffles (fp16 N = 32: 2.12x -> 1.99x).
+// on graphs whose X stays in L2 the tf32 gather is bound by those wavefronts. The 16-bit types
+// gather half the bytes, and the shuffles cost them more than they save (docs/TUNING.md).
 template <int LF>
 struct Batch<TF32, LF> {
     static constexpr int STEPS = 8 / LF, VECTORS = 4 * STEPS, TILES = LF / 2;
@@ -448,7 +445,7 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
     // TRIM: batches past the run's end are neither loaded nor multiplied (most runs are one to
     // three batches, and such a batch would cost its instructions though its gathers are
     // predicated off), except in batches of 4 vectors (tf32 at 8 features per lane), where the
-    // checks cost more than they save (H100, N = 128: 3-5% slower on the larger graphs)
+    // checks cost more than they save (docs/TUNING.md)
     constexpr bool TRIM = VECTORS > 4;
     b0.template load<WHOLE>(x, cols, words, begin, end, w, n, aligned);
     if (!TRIM || begin + VECTORS < end) b1.template load<WHOLE>(x, cols, words, begin + VECTORS, end, w, n, aligned);
@@ -466,9 +463,8 @@ __device__ __forceinline__ void multiply_run(float (&acc)[LF / 2][4], const type
 
 // Blocks per SM the kernel's registers are bounded for: 8 (64 registers) at 4 features per
 // lane, 7 at 2 (its batches of 32 vectors, 16 for tf32, spill at 64) and 8, 6 for tf32 at 8, which spills
-// below 80 registers. The loop waits on gathers, so
-// resident warps matter: at 70 registers (7 blocks) it was 9% slower on an H100 (powerlaw_products,
-// fp16, N = 32).
+// below 80 registers. The loop waits on gathers, so resident warps matter: a looser bound
+// (7 blocks at 4 features per lane) is slower (docs/TUNING.md).
 __host__ __device__ constexpr int min_blocks(int p, int lf) { return lf == 4 ? 8 : lf == 8 && p == TF32 ? 6 : 7; }
 
 // What a launch stages before waiting for the previous kernel (common.cuh's preamble): nothing,
@@ -520,8 +516,8 @@ __global__ void __launch_bounds__(32 * WARPS, min_blocks(P, LF))
         }
     }
     allow_next_kernel();  // its preamble beside this kernel's stores (not earlier: allow_next_kernel)
-    // read again rather than kept in registers through the loop (min_blocks' register bound;
-    // kept in shared memory instead: 1.4% slower at N = 32, H200, geomean of the real graphs)
+    // read again rather than kept in registers through the loop (min_blocks' register bound)
+    // or in shared memory, which is slower (docs/TUNING.md)
     WarpWork done = place_work<LF>(a);
     if (done.seg >= 0) read_segment(a, done);
     if (a.ways > 1) {

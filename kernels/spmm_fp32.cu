@@ -26,10 +26,8 @@
 //   tests the eight rows (one test per row for the warp, the values shuffled from the batch).
 // - shared memory, a slot per (row, lane): a product goes straight to its row's slot, one
 //   load-add-store per real nonzero and no test of the other rows. Fewer instructions, which
-//   pays off on wide X (H100, 33 real graphs, geomean over cuSPARSE at N = 128 / 256: 0.95x /
-//   0.83x in registers, 1.01x / 0.98x in shared memory), while narrow X, whose lane groups
-//   each loop over their own vector's rows, runs faster in registers (1.47x against 1.40x at
-//   N = 32).
+//   pays off on wide X, while narrow X, whose lane groups each loop over their own vector's
+//   rows, runs faster in registers (docs/TUNING.md).
 // Graphs whose vectors hold several nonzeros (1.15-2.1 per vector on hetero_chameleon,
 // snap_email_enron, the squirrels, hetero_minesweeper) run fastest in registers with 4 gathers
 // in flight and no prefetch (PREFETCH = false): the ladder's tests then mostly find a nonzero,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import struct
 import sys
 import textwrap
 
@@ -247,14 +246,6 @@ def test_stride_blocks_gives_a_thread_per_item_up_to_the_block_cap():
     assert stride_blocks(1, 256) == (1,) and stride_blocks(256, 256) == (1,) and stride_blocks(257, 256) == (2,)
     assert stride_blocks(1000, 128) == (8,)
     assert stride_blocks(MAX_GRID_BLOCKS * 256 * 3, 256) == (MAX_GRID_BLOCKS,)
-
-
-def test_float_arguments_are_packed_as_their_float32_bits():
-    """A float scalar travels in the low half of its 8-byte slot, as a kernel's float parameter
-    reads it."""
-    for x in (0.2, -1.5, 0.0, float("inf")):
-        slot = struct.pack("<q", runtime.f32(x))
-        assert slot[:4] == struct.pack("<f", x)
 
 
 def test_every_kernel_waits_for_the_previous_one():

@@ -1,5 +1,6 @@
-"""``python -m flashgnn.cuda --check --arch sm_80,sm_90``: compile every kernel for each
-architecture with NVRTC (no GPU needed) and report registers and spills."""
+"""``python -m flashgnn.cuda --check --arch sm_80,sm_90``: check every kernel's signature
+against its declared parameters, compile every kernel for each architecture with NVRTC (no GPU
+needed) and report registers and spills."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,9 @@ import sys
 from pathlib import Path
 
 from .compiler import compile_source, resources_by_symbol
-from .sources import SOURCES
+from .declarations import DECLARED
+from .signatures import check_declarations
+from .sources import SOURCES, kernel_dir
 
 
 def load_all_sources() -> None:
@@ -21,7 +24,10 @@ def load_all_sources() -> None:
 
 def check(archs: list[str], use_cache: bool) -> int:
     load_all_sources()
-    failures = 0
+    problems = check_declarations(kernel_dir(), DECLARED)
+    for problem in problems:
+        print(f"signature FAILED: {problem}", file=sys.stderr)
+    failures = len(problems)
     print(f"{'arch':<7} {'source':<20} {'kernel':<52} {'regs':>5} {'spill st':>9} {'spill ld':>9} {'stack':>6}")
     for arch in archs:
         for src in SOURCES.values():
@@ -42,7 +48,8 @@ def check(archs: list[str], use_cache: bool) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m flashgnn.cuda", description=__doc__)
-    p.add_argument("--check", action="store_true", help="compile every kernel and report resources")
+    p.add_argument("--check", action="store_true",
+                   help="check kernel signatures, compile every kernel and report resources")
     p.add_argument("--arch", default="sm_80,sm_90", help="comma-separated architectures")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk cache")
     args = p.parse_args(argv)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import current_stream, f32, launch, operand, ptr
+from .runtime import current_stream, launch, operand, ptr
 from .segments import segments_for
 from .sources import register
 
@@ -99,7 +99,7 @@ def _run(op: str, row_ptr, vec_mask, a, b, k: int, out, scale=None, gat=None, ro
     k_log2 = k.bit_length() - 1
     col_idx, er, el, slope = (None, None, None, 0.0) if gat is None else gat
     tag = f"fg::softmax::{template}<fg::softmax::{_SOURCES[gat is not None]}>"
-    args = (_address(col_idx), _address(a), _address(b), _address(scale), _address(er), _address(el), f32(slope))
+    args = (_address(col_idx), _address(a), _address(b), _address(scale), _address(er), _address(el), slope)
     info = _address(row_info)
     sums = _address(row_sums)
     launch(SOURCE, f"fg::softmax::edge_softmax_segments<{tag}>", device, _blocks(seg.n_segments), (32 * _WARPS,),
@@ -183,7 +183,7 @@ def gat_softmax_transposed_cuda(t_row_ptr: torch.Tensor, t_col_idx: torch.Tensor
     seg = segments_for(t_row_ptr)
     if seg.n_segments:
         launch(SOURCE, "fg::softmax::gat_softmax_transposed", el.device, _blocks(seg.n_segments), (32 * _WARPS,),
-               ptr(t_row_ptr), ptr(t_vec_mask), ptr(t_col_idx), ptr(el), f32(slope), ptr(row_info), ptr(out),
+               ptr(t_row_ptr), ptr(t_vec_mask), ptr(t_col_idx), ptr(el), slope, ptr(row_info), ptr(out),
                *seg.pointers("window", "begin", "part"), seg.n_segments, seg.seg_vectors, k.bit_length() - 1)
     return out
 

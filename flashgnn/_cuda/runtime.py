@@ -11,6 +11,7 @@ import threading
 import torch
 
 from .compiler import _import_cuda_core, compile_source
+from .params import MAX_PARAMS, KernelParams
 from .sources import KernelSource
 
 MIN_CAPABILITY = (8, 0)
@@ -81,15 +82,6 @@ def ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
-def f32(x: float) -> int:
-    """A float kernel argument as ``launch`` takes it: the bits of its float32 value (the low
-    half of the argument's slot)."""
-    return _F32_BITS.unpack(struct.pack("<f", x))[0]
-
-
-_F32_BITS = struct.Struct("<i")
-
-
 def operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``t`` as a kernel reads it: in ``dtype`` and contiguous; ``t`` itself, without a call
     into torch, when it already is (launchers run on every op call, on host-bound steps)."""
@@ -105,24 +97,26 @@ def current_stream(device: torch.device) -> int:
 
 
 class _Parameters(threading.local):
-    """Per thread: a buffer of 8-byte argument slots and the array of their addresses that
-    cuLaunchKernel takes, per argument count, and the launch configuration of dependent
-    launches. The driver copies both during the call, so one of each serves every launch of
-    the thread."""
+    """Per thread: a buffer of MAX_PARAMS 8-byte argument slots and the array of their
+    addresses that cuLaunchKernel takes (it reads as many as the kernel has), and the launch
+    configuration of dependent launches. The driver copies them during the call, so one of
+    each serves every launch of the thread."""
 
     def __init__(self):
-        self.by_count = {}
+        self.data = ctypes.create_string_buffer(8 * MAX_PARAMS)
+        base = ctypes.addressof(self.data)
+        self.slots = (ctypes.c_void_p * MAX_PARAMS)(*(base + 8 * i for i in range(MAX_PARAMS)))
+        self.address = ctypes.addressof(self.slots)
         self.config = None
 
-    def packed(self, args: tuple) -> int:
-        hit = self.by_count.get(len(args))
-        if hit is None:
-            n = len(args)
-            data = ctypes.create_string_buffer(8 * max(n, 1))
-            slots = (ctypes.c_void_p * max(n, 1))(*(ctypes.addressof(data) + 8 * i for i in range(n)))
-            hit = self.by_count[n] = (struct.Struct(f"<{n}q"), data, slots, ctypes.addressof(slots))
-        hit[0].pack_into(hit[1], 0, *args)
-        return hit[3]
+    def packed(self, kernel: str, params: KernelParams, args: tuple) -> int:
+        """The address of the slot array holding ``args`` packed by ``kernel``'s declared
+        ``params``; a ValueError naming the kernel when they do not fit them."""
+        try:
+            params.struct.pack_into(self.data, 0, *args)
+        except (struct.error, OverflowError) as e:
+            raise params.mismatch(kernel, args, e) from None
+        return self.address
 
     def dependent_config(self, grid: tuple, block: tuple, shmem: int, stream: int):
         """cuLaunchKernelEx's configuration: this grid, block, shared memory and stream, with
@@ -152,13 +146,15 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     """Launch ``name`` from ``src`` on the current torch stream of ``device`` (``stream``: its
     raw handle, when the caller has already looked it up).
 
-    Arguments are Python integers (bools included): device addresses (``ptr``) and integer
-    scalars, or float32 scalars as ``f32`` gives them. Each is packed into a little-endian
-    8-byte slot and the driver reads as many bytes as the kernel's parameter has (an int32 is
-    the slot's low half), so the kernel's signature gives each scalar its type (launchers pass
-    values that fit it; wrapping them in numpy scalars cost about 0.7 us each) and the launch
-    costs a few microseconds whatever the argument count: this path runs for every op on every
-    call, where cuda.core's generic argument handling cost 10-20 us."""
+    ``args`` are the kernel's arguments in the order of its declaration (declarations.py, which
+    a CPU test checks against the kernel's signature): device addresses (``ptr``, 0 for null)
+    for pointers, Python integers (bools included) for integers, Python floats for floats. One
+    ``struct`` pack by the declaration puts each into a little-endian 8-byte slot, of which the
+    driver reads as many bytes as the parameter has, and refuses a wrong count, a float for an
+    integer or an integer out of range (a ValueError naming the kernel and its parameters).
+    Positional, not keyword arguments: a keyword launch builds a dict per call and looks every
+    name up, and this path runs for every op on every call (where cuda.core's generic argument
+    handling cost 10-20 us, this costs a few microseconds whatever the argument count)."""
     index = device.index
     if index is None:
         index = torch.cuda.current_device()
@@ -167,7 +163,7 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
     if stream is None:
         stream = torch._C._cuda_getCurrentRawStream(index)
-    params = _parameters.packed(args)
+    params = _parameters.packed(name, src.params[name], args)
     cu_launch_kernel, cu_launch_kernel_ex, success = _launch_api()
     if dependent:
         (err,) = cu_launch_kernel_ex(_parameters.dependent_config(grid, block, shmem, stream), function, params, 0)

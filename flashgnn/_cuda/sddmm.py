@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .pattern_nnz import pattern_nnz
-from .runtime import f32, launch, launched_dependent, operand, ptr
+from .runtime import launch, launched_dependent, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register
 from .spmm import GAT_BLOCK_WIDTH, STORAGE, WARPS_PER_BLOCK, preamble_for, reduce_split_windows
@@ -23,34 +23,20 @@ SOURCE = register("sddmm.cu", [f"fg::sddmm_kernel<{_PRECISION_INDEX[p]}, {whole}
                   + [f"fg::gat_softmax_backward_sddmm<{_PRECISION_INDEX[p]}, {whole}, {run}, {which}>"
                      for p in GAT_BLOCK_WIDTH for whole in ("false", "true") for run in _RUNS[p]
                      for which in ("fg::GAT_ROWS", "fg::GAT_COLUMNS")])
-# (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features.
-# K = 17..32 on 4 lanes x 8 rather than 8 x 4: real-graph geomean over sampled_addmm 3.72x
-# against 3.38x (H100, session 17, a first version of the walk).
+# (lanes per row of y, features per lane) of sddmm_fp32_rows, for K up to lanes x features;
+# K = 17..32 on 4 lanes x 8, which measured faster than 8 x 4 (docs/TUNING.md).
 _ROW_LAYOUTS = ((4, 4), (4, 8), (16, 4), (32, 4), (32, 8))
 # sddmm_fp32_rows takes every fp32 SDDMM with K a multiple of 4 up to 256 and x and y 16-byte
-# aligned; the lane-per-vector kernel the rest. H100, session 17, 33 real graphs, geomean over
-# sampled_addmm, before (lane-per-vector up to K = 32, rows stepping through every row any
-# group needs above) -> rows walking set bits: K = 16 3.75x -> 4.36x, K = 32 3.42x -> 4.26x,
-# K = 64 2.70x -> 3.42x, K = 128 2.36x -> 2.95x, K = 256 2.74x -> 2.97x; powerlaw_reddit
-# 0.73x / 0.86x / 1.04x -> 1.11x / 1.60x / 1.77x at K = 32 / 64 / 128.
+# aligned (it reads whole rows of y per group); the lane-per-vector kernel the rest.
 ROWS_KERNEL_MAX_K = max(lanes * vw for lanes, vw in _ROW_LAYOUTS)  # 256
 # tf32 takes sddmm_fp32_rows with tf32-rounded inputs instead of the tensor cores on graphs of
 # at least TF32_LARGE_VECTORS vectors in short windows (segments not column-ordered): there y is
 # far larger than L2 and the tensor cores' gather, 16 bytes of 4 rows per quarter-warp, wastes
-# most DRAM sectors while the rows kernel reads whole rows. H100, session 17, tensor cores
-# (gathers without per-load checks) against the walking rows kernel, real-graph geomean over
-# sampled_addmm at K = 16 / 32 / 64 / 128 / 256: 4.40x / 4.57x / 4.17x / 3.85x / 3.44x against
-# 4.02x / 4.03x / 3.20x / 2.77x / 2.83x; the 60M-nonzero graph (200 vectors a window) 1.26x /
-# 1.17x / 0.92x / 0.77x / 0.71x against 1.27x / 1.49x / 1.36x / 1.22x / 1.12x; the 85M one
-# (2900 a window, column-ordered) 0.91x / 1.05x / 1.69x / 1.88x / 1.91x against 0.93x / 1.00x /
-# 1.38x / 1.63x / 1.74x.
+# most DRAM sectors while the rows kernel reads whole rows (docs/TUNING.md).
 TF32_LARGE_VECTORS = 1 << 20
 # The lane-per-vector kernel (K not a multiple of 4, or above 256) walks each vector's set bits
 # (WALK) on patterns of fewer than WALK_BELOW nonzeros per vector, else it steps through every
-# row any lane of the warp needs. H100, session 16, K = 32, over sampled_addmm, stepping ->
-# walking: gemsec_fb_media (1.006 a vector) 1.55x -> 2.06x, musae_facebook (1.010) 1.97x ->
-# 2.27x, powerlaw_reddit 0.59x -> 0.71x, powerlaw_products 1.04x -> 1.14x; but cora (1.08)
-# 2.85x -> 2.76x and the squirrels (1.31) 3.2x -> 2.6x.
+# row any lane of the warp needs, which pays where vectors hold several nonzeros (docs/TUNING.md).
 WALK_BELOW = 1.05
 SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}, {walk}>"
                                          for vec, walk in (("true", "true"), ("true", "false"), ("false", "false"))]
@@ -58,10 +44,9 @@ SOURCE_FP32 = register("sddmm_fp32.cu", [f"fg::sddmm32::sddmm_fp32<{vec}, {walk}
                           for tf32 in ("false", "true")])
 
 
-# Vectors per segment: the SDDMM splits no window, so short segments only add warps. 32 on
-# graphs of up to 32 * TARGET_SEGMENTS vectors, 64 above (H100, real graphs against 64
-# everywhere: K = 32 fp16 geomean 4.85x -> 5.34x, K = 128 4.49x -> 5.28x; 32 lost 3-12% on
-# the generated 60M and 85M graphs, and 128 lost on every size).
+# Vectors per segment: the SDDMM writes each vector's own slots, so a window cut into several
+# segments costs no partial sums, and short segments serve to fill the GPU: 32 on graphs of up
+# to 32 * TARGET_SEGMENTS vectors, 64 above (docs/TUNING.md).
 def seg_vectors(n_vectors: int) -> int:
     return min(default_seg_vectors(n_vectors, shortest=32), 64)
 
@@ -148,7 +133,7 @@ def _gat_pass(which: str, pattern, x, y, precision: str, el, records, slope: flo
     shape = _launch_shape(seg)
     launch(SOURCE, f"fg::gat_softmax_backward_sddmm<{args}, {which}>", x.device, shape["grid"], shape["block"],
            ptr(col_idx), ptr(vec_mask), *seg.pointers("window", "first", "count", "part"), seg.n_segments,
-           seg.seg_vectors, x.shape[0], x.shape[1], aligned, ptr(x), ptr(y), ptr(el), ptr(records), f32(slope),
+           seg.seg_vectors, x.shape[0], x.shape[1], aligned, ptr(x), ptr(y), ptr(el), ptr(records), slope,
            ptr(rows), ptr(parts), shmem=shape["shmem"])
     reduce_split_windows(seg, parts, rows.shape[0], rows.view(-1, stats))
     return rows

@@ -9,18 +9,10 @@ scheduling), and the segments that share a block are of about equal length.
 On large graphs of long rows (Reddit-like: each window's vectors span several segments) they
 are ordered by the column of their first vector instead, when the launcher passes the pattern's
 columns: the blocks that run together then gather rows of X from one band of columns, which
-stays in L2, where in window order every block reads from the whole of X. H100, generated
-power-law graphs of 84-85M nonzeros, N = K = 128, ms, longest first -> by column
-(benchmarks/segment_order.py):
-
-    vectors per window     SpMM fp16       SpMM tf32       SDDMM fp16
-    2900 (233k nodes)      6.69 -> 4.68    12.30 -> 7.27   6.06 -> 3.87
-     700 (960k nodes)      8.75 -> 7.66    15.16 -> 12.11  10.41 -> 6.29
-     350 (1.9M nodes)      9.96 -> 10.04   16.34 -> 16.35  12.00 -> 10.82
-
-On the 60M-nonzero graph (2.4M nodes, 200 vectors per window) nothing changes beyond 2%, and
-on the small real graphs, whose X fits in L2, the SpMM is 0-20% slower (the longest-first
-balance is lost): hence the thresholds below.
+stays in L2, where in window order every block reads from the whole of X. On graphs whose X
+fits in L2 the longest-first balance is worth more, and on windows of a few hundred vectors
+neither order gains: hence the thresholds below (docs/TUNING.md has the measurements,
+benchmarks/segment_order.py repeats them).
 
 Nothing depends on the order: a split window's partial sums sit in its own workspace slots
 (``part``), summed in slot order, so every order gives the same bits."""
@@ -40,9 +32,10 @@ TOTALS_SIZES = (32, 64, 128, 256)  # kernels/segments.cu: segment_totals
 
 # Vectors per segment by default (edge softmax, fp32 SpMM): a power of two in [shortest, 256]
 # (multiples of 16, the SDDMM's vectors per MMA), the smallest that keeps about TARGET_SEGMENTS
-# segments (one resident warp each on an H100/H200). Small graphs are cut finer to fill the GPU;
-# large ones keep long segments, since every split window costs partial sums in a workspace. The
-# tensor-core SpMM (spmm.work_split) and the SDDMM (sddmm.seg_vectors) pick their own.
+# segments (32 resident warps on each of 132 SMs, a Hopper SXM). Small graphs are cut finer to
+# fill the GPU; large ones keep long segments, since every split window costs partial sums in a
+# workspace. The tensor-core SpMM (spmm.work_split) and the SDDMM (sddmm.seg_vectors) pick
+# their own.
 MIN_SEG_VECTORS, MAX_SEG_VECTORS = 128, 256
 TARGET_SEGMENTS = 132 * 32
 

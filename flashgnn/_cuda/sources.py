@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .declarations import DECLARED
+from .params import KernelParams
+from .signatures import header_macros, kernel_signatures
+
 
 def kernel_dir() -> Path:
     """The folder of kernels/*.cu: installed as package data ``flashgnn.kernels``, or the
@@ -39,6 +43,25 @@ class KernelSource:
         (common.cuh), so that the runtime may launch them with programmatic dependent launch."""
         return kernels_wait_first(self.text())
 
+    @functools.cached_property
+    def params(self) -> dict[str, KernelParams]:
+        """Name expression -> the parameters its kernel declares (declarations.py, by the
+        kernel's name without namespace and template arguments). A file declarations.py does
+        not know (a benchmark's own kernels) is declared by its text, as the signature reader
+        sees it."""
+        declared = DECLARED.get(self.file)
+        if declared is None:
+            read = kernel_signatures(self.text(), header_macros(kernel_dir()))
+            declared = {kernel: KernelParams(*params) for kernel, params in read.items()}
+        out = {}
+        for expression in self.name_expressions:
+            kernel = expression.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+            if kernel not in declared:
+                raise ValueError(f"{self.file}: {expression} has no declared parameters "
+                                 "(flashgnn/_cuda/declarations.py)")
+            out[expression] = declared[kernel]
+        return out
+
     def digest(self) -> str:
         """Hash of the source and of every header beside it."""
         h = hashlib.sha256(self.text().encode())
@@ -62,8 +85,10 @@ SOURCES: dict[str, KernelSource] = {}
 
 
 def register(file: str, name_expressions) -> KernelSource:
-    """Declare the instantiations of a source; ``python -m flashgnn.cuda --check`` compiles
-    every declared source."""
+    """Declare the instantiations of a source, each of a kernel whose parameters
+    declarations.py declares; ``python -m flashgnn.cuda --check`` compiles every declared
+    source."""
     src = KernelSource(file, tuple(name_expressions))
+    src.params  # resolved here: a kernel without a declaration fails on import, not at launch
     SOURCES[file] = src
     return src

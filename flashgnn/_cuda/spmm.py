@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 
 from ..tensor_cache import TensorCache
-from .runtime import current_stream, f32, launch, launched_dependent, operand, ptr, stride_blocks
+from .runtime import current_stream, launch, launched_dependent, operand, ptr, stride_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -21,23 +21,14 @@ WARPS_PER_BLOCK = 4
 FUSE_MAX_PARTS = 64
 # Lanes gather 8 features per vector (16-byte loads for fp16/bf16) when N > 64 and the graph
 # holds at least this many vectors x N (100k vectors at N = 128, 50k at 256); otherwise 4, which
-# gives twice the warps to fill the GPU (at N = 64 4 was faster on every shared graph of over
-# 100k vectors, by 5-36%). From H100 sweeps (benchmarks/spmm_sweep.py --features 4,8) over the
-# 33 shared graphs and the generated ones, fp16 and tf32, N = 64, 128, 256.
+# gives twice the warps to fill the GPU (docs/TUNING.md).
 WIDE_LANES_MIN_WORK = 12_800_000
-# tf32 (16-byte rows of 4 features already) takes 8 per lane only on graphs of this many
-# vectors: below it 4 per lane was faster on the hub-heavy graphs whose X stays in L2 (H200,
-# back to back, session 30: twitch_ES N = 128 16.0 -> 12.1 us, hetero_chameleon N = 256
-# 16.0 -> 12.1 us), while the generated graphs (50M+ vectors) keep 8 (H100 sweep, N = 128).
+# tf32 rows of 4 features are 16-byte loads already, and 8 per lane halves the warps: tf32 takes
+# 8 only on graphs of this many vectors (below, 4 wins on the graphs whose X stays in L2).
 TF32_WIDE_LANES_MIN_VECTORS = 1_000_000
-# At 8 < N <= 16: 2 features per lane (a warp's 16 columns, one MMA tile, where 4 idle half the
-# lanes; batches of 32 vectors, 16 for tf32): fp16 faster on 28 of the 33 shared graphs,
-# geomean over cuSPARSE 1.97x -> 2.19x, powerlaw_products / _reddit 2.30x / 1.68x -> 2.49x /
-# 2.22x; tf32 faster on every graph, 1.72x -> 2.10x, the generated ones 1.44x / 1.16x ->
-# 1.81x / 1.75x. At N <= 8 only on graphs of this many vectors (fp16: musae_github 0.92x the
-# time of 4 per lane, the generated graphs 0.92x / 0.96x; the smaller graphs 1.0x-1.24x; tf32:
-# the generated graphs 1.44x / 1.22x -> 1.88x / 1.42x, 10 of the smaller ones slower by
-# 1-13%). H100 (.data/scratch/lf2_ab.py, tf32_lf2_ab.py).
+# At 8 < N <= 16: 2 features per lane (a warp's 16 columns, one MMA tile, where 4 would idle half
+# the lanes; batches of 32 vectors, 16 for tf32). At N <= 8 only on graphs of this many vectors,
+# where it measured faster than 4 (docs/TUNING.md).
 NARROW_LANES_MIN_VECTORS = 500_000
 
 
@@ -97,14 +88,8 @@ def _aligned(*tensors: torch.Tensor) -> bool:
 # whose warps cut each feature chunk's vectors into `ways` runs and add their sums in shared
 # memory. Small graphs take long segments split several ways (a short critical path: one
 # wave of blocks, no partial sums in global memory), large ones long segments in one run each
-# (fewer, fuller warps). From H100 sweeps (benchmarks/spmm_sweep.py, the 33 shared graphs; the
-# rows on fp16; the large-split threshold on fp16 and tf32 at N = 128 and 256, where at 256 it
-# moved from 180k to 90k vectors: geomean 1.72x -> 1.74x fp16, 1.29x -> 1.31x tf32,
-# gemsec_fb_government tf32 0.94x -> 1.14x). Rows: (fewer vectors than, seg_vectors, ways).
-# N <= 32 re-swept in session 25 after the per-warp overhead cut (every segment length x runs
-# pair, fp16, N = 32, back to back): 256 vectors in 4 runs up to 100k vectors, where 64 in 2
-# took 40k-100k, 2.73x -> 2.80x on an H100 and 2.68x -> 2.72x on an H200, both computed from
-# the sweeps' per-graph times (BENCHMARKS.md).
+# (fewer, fuller warps). The rows come from sweeps of benchmarks/spmm_sweep.py (docs/TUNING.md).
+# Rows: (fewer vectors than, seg_vectors, ways).
 NARROW_SPLIT = ((100_000, 256, 4), (180_000, 128, 2), (450_000, 256, 2))  # N <= 32
 WIDE_SPLIT = ((12_000, 256, 2), (180_000, 128, 1))  # N > 32
 LARGE_SPLIT = (256, 1)
@@ -156,7 +141,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     if (values is None) != (gat is not None):
         raise ValueError("spmm: give A's values, or GAT's attention to compute them from, not both")
     if gat is None:
-        gat_args = (0, 0, f32(0.0))
+        gat_args = (0, 0, 0.0)
     else:
         if GAT_BLOCK_WIDTH.get(precision) != k:
             raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8 and tf32 at 4, got "
@@ -170,7 +155,7 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
                              f"{tuple(gat.el.shape)} and {tuple(info.shape)}")
         # contiguous (a GAT layer's el is often a strided view), held through the launch
         el, row_info = operand(gat.el, torch.float32), operand(gat.row_info, torch.float32)
-        gat_args = (ptr(el), ptr(row_info), f32(gat.slope))
+        gat_args = (ptr(el), ptr(row_info), gat.slope)
     xs, vals, out = dense_operands(x, values, n_rows, precision, out_dtype)
     if n == 0 or n_rows == 0:
         return out

@@ -17,23 +17,14 @@ _FEATURES = (1, 4)  # per lane and load: 4 (16-byte loads) when N and x allow it
 _LANES = (1, 2, 4, 8, 16, 32)  # per vector: a power of two
 # Graphs of fewer vectors take 64-vector segments and at most 16 lanes per vector (4 warps a
 # segment at N = 256), so their few windows still spread over the GPU; larger graphs keep
-# segments_for's default (128-256) and lanes covering N. From a sweep of segment length x
-# lanes on the 33 real graphs (H100, session 15): 64 vectors and 16 lanes won on the graphs of
-# under 100k vectors but one (at N = 128 over cuSPARSE, 0.51-0.87x -> 0.80-1.55x; on
-# hetero_minesweeper 1.70x -> 1.49x) and lost on most graphs above 170k.
+# segments_for's default (128-256) and lanes covering N (docs/TUNING.md).
 _SHORT_SEGMENTS_BELOW = 150_000
 _SHORT_SEGMENT = 64
 # Above N = 128, graphs from 150k to 500k vectors take 256-vector segments and at most 16
-# lanes (four feature tiles a segment at N = 256). H100, session 16, the 12 real graphs of 150k+
-# vectors at N = 256, geomean over cuSPARSE 0.89x -> 0.94x (gemsec_fb_media 0.94x -> 1.11x,
-# musae_facebook 0.94x -> 1.13x, wiki_crocodile 0.74x -> 0.86x; snap_email_enron 1.01x ->
-# 0.98x); it lost on musae_github (560k vectors, 1.18x -> 1.02x) and both generated graphs
-# (powerlaw_reddit 1.68x -> 1.52x), and at N = 128 it was mixed (0.89x -> 0.92x).
+# lanes (four feature tiles a segment at N = 256), which measured faster there (docs/TUNING.md).
 _WIDE_SPLIT = (128, 500_000, 256, 16)  # (N above, vectors below, segment, lanes at most)
-# Graphs under 250k vectors keep at most 16 lanes at any N: at N = 128 (two tiles) on the four
-# real graphs of 150k-250k vectors 0.72-1.21x -> 0.80-1.32x (twitch_FR, gemsec_fb_government,
-# gemsec_fb_sport, deezer_europe); on the larger ones 32 lanes won (twitch_DE 0.81x against
-# 0.78x, gemsec_fb_media 1.01x against 0.93x).
+# Graphs under 250k vectors keep at most 16 lanes at any N, which measured faster on them;
+# larger graphs take lanes covering N (docs/TUNING.md).
 _NARROW_LANES_BELOW = 250_000
 
 
@@ -60,17 +51,15 @@ _SHARED_SUMS_ABOVE = 64  # N above which the kernel sums in shared memory (the k
 # is too large for L1 (from this many vectors and rows of X, below this many nonzeros per vector)
 _NARROW_SHARED_FROM = (100_000, 10_000, 1.05)
 # Shared sums keep 4 gathers in flight above N = 128 on graphs of 50k+ vectors, and at any N on
-# graphs of 1M+ vectors (the generated ones: powerlaw_reddit at N = 128 1.62x -> 1.73x)
+# graphs of 1M+ vectors (docs/TUNING.md)
 _FEWER_IN_FLIGHT_ABOVE = (128, 50_000)
 _FEWER_IN_FLIGHT_FROM = 1 << 20
 
 
 def kernel_variant(n: int, n_vectors: int, nnz: int, n_cols: int) -> Variant:
     """The kernel variant for N = n on a pattern of n_vectors vectors, nnz nonzeros and
-    n_cols columns (X's rows). Fitted on an H100 A/B of the variants over the 33 real graphs
-    at N = 32, 128, 256; in a second run (BENCHMARKS.md, session 16), against SHARED above
-    N = 64 and REGISTERS below, geomean over cuSPARSE 1.37x -> 1.52x, 1.01x -> 1.07x,
-    0.97x -> 1.01x, and on powerlaw_reddit 1.28x -> 2.38x at N = 32."""
+    n_cols columns (X's rows): the thresholds are fitted to an A/B of the variants over the
+    real graphs at N = 32, 128 and 256 (docs/TUNING.md)."""
     per_vector = nnz / max(n_vectors, 1)
     _, least_vectors, least_per_vector = next(row for row in _DENSE_FROM if row[0] is None or n <= row[0])
     if n_vectors >= least_vectors and per_vector >= least_per_vector:
@@ -91,11 +80,8 @@ def _kernel(features: int, lanes: int, variant: Variant, tf32: bool = False) -> 
 
 
 # tf32 runs on CUDA cores (inputs rounded as read) on graphs of 1M+ vectors at N = 32 (16-byte
-# loads of 8 lanes: N >= 32; up to TF32_UP_TO). H100, session 16, over cuSPARSE, against the
-# tensor cores at N = 32 / 64: powerlaw_reddit 1.68x / 1.55x -> 1.98x / 1.55x,
-# powerlaw_products 1.62x / 1.24x -> 1.72x / 1.23x; at N = 128 and 256 the tensor cores won
-# (powerlaw_reddit 1.68x against 1.57x at 128), and on the 33 real graphs (none that large) at
-# every N.
+# loads of 8 lanes: N >= 32; up to TF32_UP_TO), the one case where they beat the tensor cores
+# (docs/TUNING.md).
 _TF32_LANES = (8, 16, 32)
 TF32_LARGE_VECTORS = 1 << 20
 TF32_UP_TO = 32
