@@ -174,7 +174,7 @@ def test_fp32_spmm_variant_by_nonzeros_per_vector_size_and_n():
 
 
 def test_pattern_nnz_is_remembered_by_formats_and_counted_otherwise():
-    from flashgnn._cuda.pattern_nnz import pattern_nnz
+    from flashgnn.pattern_nnz import pattern_nnz
 
     rng = np.random.default_rng(0)
     a = sp.random(50, 40, density=0.2, format="csr", random_state=rng)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .pattern_nnz import pattern_nnz
+from ..pattern_nnz import pattern_nnz
 from .runtime import launch, launched_dependent, operand, ptr
 from .segments import column_ordered, default_seg_vectors, segments_for
 from .sources import register

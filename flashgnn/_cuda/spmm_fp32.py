@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from . import spmm as tensor_core_spmm
-from .pattern_nnz import pattern_nnz
+from ..pattern_nnz import pattern_nnz
 from .runtime import launch, operand, ptr
 from .segments import segments_for
 from .sources import register
