@@ -1,9 +1,10 @@
 """Where the host's time goes in an eager layer step (forward + torch.autograd.grad) on a
 host-bound graph: host-clock marks (``timing.HostMarks``) around the pieces of flashgnn's
 GCNConv (128 -> 128) and AGNNConv (32) steps, with the GPU kept busy by a sleep so that only
-the host is timed (no profiler, whose own cost per op would dominate). Columns, median microseconds per step:
-precision_scope's entry and exit, the layer's Python before its autograd node, the node's
-forward, the hand-over to autograd's CUDA thread, the node's backward, the hand-back.
+the host is timed (no profiler, whose own cost per op would dominate). Columns, median
+microseconds per step: precision_scope's entry and exit, the layer's Python before its
+autograd node, the node's forward, the hand-over to autograd's CUDA thread, the node's
+backward, the hand-back.
 
     python benchmarks/step_host_time.py --graph musae_github --steps 150
 """

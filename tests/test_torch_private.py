@@ -56,7 +56,7 @@ def test_storage_use_counts_see_what_autograd_keeps():
 
 def test_gpu_sleep_is_torch_s_sleep_kernel():
     sleep = getattr(torch.cuda, "_sleep", None)
-    assert callable(sleep), f"torch {torch.__version__} has no torch.cuda._sleep (the timers use it)"
+    assert callable(sleep), f"torch {torch.__version__} lacks torch.cuda._sleep (the timers use it)"
     assert list(inspect.signature(sleep).parameters) == ["cycles"], (
         f"torch.cuda._sleep takes {inspect.signature(sleep)} now, not (cycles)")
 
