@@ -15,11 +15,12 @@ import argparse
 import collections
 import warnings
 
-from common import wall_median_ms  # (also puts the checkout on sys.path)
+import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 from flashgnn import nn as fnn
 from flashgnn.benchmarking.graphs import data_dir, load_graph
+from flashgnn.benchmarking.timing import wall_median_ms
 from flashgnn.graph import Graph
 from examples.dgl_style_model import TinyDGLGraph
 
@@ -86,7 +87,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.sparse's beta warnings
         for name, fn in rows:
-            print(f"{name:40s} {wall_median_ms(fn, 10):8.2f} ms")
+            print(f"{name:40s} {wall_median_ms(fn, 10, device):8.2f} ms")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         new = fresh()

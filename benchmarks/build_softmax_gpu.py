@@ -1,44 +1,29 @@
 """Time the GPU ME-BCRS builder, the edge softmax kernels and the fp32 SpMM on a generated
 ogbn-products-sized power-law graph (2.4M nodes, 60M nonzeros by default).
 
-Builder: nonzeros per second (goal >= 1e9 on an H100/H200), beside the sort-based torch
+Builder: nonzeros per second (goal >= 1e9 on a Hopper GPU), beside the sort-based torch
 reference (flashgnn.format.build_pattern) run on the same GPU. Edge softmax: effective GB/s
 = bytes a single pass must move (forward: scores in, probabilities out; backward: p and g in,
 d out; plus vec_mask) / time. fp32 SpMM: ms and GB/s beside torch.sparse.mm (cuSPARSE, CSR).
-Every time is the median of CUDA-event timings after warm-up.
+Every time is the median of CUDA-event timings of single calls after warm-up, each call
+started on an idle GPU (``timing.event_median_ms``).
 
     python benchmarks/build_softmax_gpu.py [--nodes 2400000] [--nnz 60000000] [--graph graph.npz]
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
 import torch
 
-from flashgnn._cuda.build import build_mebcrs_cuda
 from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn._cuda.edge_softmax import edge_softmax_backward_cuda, edge_softmax_cuda
+from flashgnn.benchmarking.timing import event_median_ms, timed_call
 from flashgnn.data.generators import power_law_csr
-from flashgnn.format import build_pattern
-
-
-def median_ms(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from flashgnn.format import build_canonical, build_pattern
 
 
 def load_graph(args) -> tuple[np.ndarray, np.ndarray]:
@@ -47,9 +32,9 @@ def load_graph(args) -> tuple[np.ndarray, np.ndarray]:
     if path is not None and path.is_file():
         with np.load(path) as d:
             return d["indptr"], d["indices"]
-    t0 = time.perf_counter()
-    indptr, indices = power_law_csr(args.nodes, args.nnz, exponent=args.exponent, seed=args.seed)
-    print(f"generated in {time.perf_counter() - t0:.1f} s")
+    (indptr, indices), seconds = timed_call(
+        lambda: power_law_csr(args.nodes, args.nnz, exponent=args.exponent, seed=args.seed))
+    print(f"generated in {seconds:.1f} s")
     if path is not None:
         np.savez(path, indptr=indptr, indices=indices)
     return indptr, indices
@@ -80,14 +65,15 @@ def main(argv=None) -> None:
           f"max degree {degree.max():,}")
 
     for k in (8, 4):
-        ms = median_ms(lambda: build_mebcrs_cuda(indptr, indices, values, n, k, device), args.warmup, args.repeats)
+        ms = event_median_ms(lambda: build_canonical(indptr, indices, values, n, device, k),
+                             args.warmup, args.repeats)
         line = f"builder k={k}: {ms:8.2f} ms  {nnz / ms / 1e6:6.2f} G nonzeros/s"
         if not args.no_reference:
-            ref = median_ms(lambda: build_pattern(indptr, indices, n, k), 1, 3)
+            ref = event_median_ms(lambda: build_pattern(indptr, indices, n, k), 1, 3)
             line += f"   (torch sort-based reference: {ref:8.2f} ms, {ref / ms:5.1f}x slower)"
         print(line)
 
-    a = build_mebcrs_cuda(indptr, indices, values, n, 8, device)
+    a = build_canonical(indptr, indices, values, n, device, 8)
     slots = 8 * a.n_vectors
     print(f"ME-BCRS k=8: {a.n_vectors:,} vectors ({nnz / a.n_vectors:.3f} nonzeros per vector), "
           f"{int(torch.diff(a.row_ptr).max()):,} vectors in the longest window")
@@ -101,16 +87,18 @@ def main(argv=None) -> None:
         ("edge softmax backward", lambda: edge_softmax_backward_cuda(a.row_ptr, a.vec_mask, probs, grad, a.k, out=out),
          12 * slots + a.n_vectors),
     ):
-        ms = median_ms(fn, args.warmup, args.repeats)
+        ms = event_median_ms(fn, args.warmup, args.repeats)
         print(f"{name}: {ms:8.3f} ms  {bytes_moved / ms / 1e6:7.1f} GB/s")
 
     widths = [int(w) for w in args.widths.split(",") if w.strip()]
     csr = torch.sparse_csr_tensor(indptr, indices, values, (n, n)) if widths else None
     for width in widths:
         x = torch.randn(n, width, device=device)
-        ours = median_ms(lambda: spmm_fp32(a.row_ptr, a.col_idx, a.vec_mask, a.values, x, a.n_rows, a.k),
-                         args.warmup, args.repeats)
-        theirs = median_ms(lambda: torch.sparse.mm(csr, x), args.warmup, args.repeats)
+        def ours_spmm():
+            return spmm_fp32(a.row_ptr, a.col_idx, a.vec_mask, a.values, x, a.n_rows, a.k)
+
+        ours = event_median_ms(ours_spmm, args.warmup, args.repeats)
+        theirs = event_median_ms(lambda: torch.sparse.mm(csr, x), args.warmup, args.repeats)
         gathered = 4 * width * (a.n_vectors + n)  # one X row per vector, one Y row per row
         print(f"fp32 SpMM N={width:<4}: {ours:8.3f} ms  {gathered / ours / 1e6:7.1f} GB/s   "
               f"torch.sparse.mm: {theirs:8.3f} ms  ({theirs / ours:4.2f}x)")

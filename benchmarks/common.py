@@ -1,7 +1,7 @@
 """Shared by the scripts in benchmarks/: makes the checkout's ``flashgnn`` importable when a
-script is run as ``python benchmarks/<name>.py`` without installing, and re-exports the
-timing helpers (the benchmark logic itself lives in ``flashgnn.benchmarking``, so that
-``flashgnn bench`` runs it from an installed package)."""
+script is run as ``python benchmarks/<name>.py`` without installing, and prepares their kernel
+sources and operands (the benchmark logic and every timer live in ``flashgnn.benchmarking``,
+so that ``flashgnn bench`` runs it from an installed package)."""
 import sys
 from pathlib import Path
 
@@ -9,29 +9,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import statistics  # noqa: E402
-import time  # noqa: E402
 from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
 
 from flashgnn._cuda.sources import KernelSource  # noqa: E402
-from flashgnn.benchmarking.timing import Measurement, Timer  # noqa: E402
 
-__all__ = ["REPO_ROOT", "Measurement", "Timer", "FileSource", "GraphOperands", "graph_operands", "wall_median_ms"]
-
-
-def wall_median_ms(fn, reps: int) -> float:
-    """Median wall time of ``fn()`` in ms over ``reps`` calls, the GPU synchronised around each:
-    for host-bound steps, where the host's time is the cost."""
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        tic = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - tic) * 1e3)
-    return statistics.median(times)
+__all__ = ["REPO_ROOT", "FileSource", "GraphOperands", "graph_operands"]
 
 
 class FileSource(KernelSource):

@@ -1,39 +1,24 @@
 """What one call costs the host, for the pieces an eager layer step is made of: Python, torch's
 dispatcher, the CUDA caching allocator, kernel launches (torch's and flashgnn's), autocast
 and flashgnn's precision context, a system call. Each row: median over 7 loops of 200 calls,
-microseconds per call, with the GPU kept busy by a sleep so that only the host is timed.
+microseconds per call, with the GPU kept busy by a sleep of about 1 ms ahead of each loop so
+that only the host is timed (``timing.host_us_per_call``).
 
     python benchmarks/host_op_cost.py [--graph musae_github]
 """
 import argparse
 import os
-import statistics
-import time
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 from flashgnn import ops
 from flashgnn.benchmarking.graphs import data_dir, load_graph
+from flashgnn.benchmarking.timing import KERNEL_HEAD_START, host_us_per_call
 from flashgnn.graph import Graph
 from flashgnn.precision_context import precision
 
 CALLS, LOOPS = 200, 7
-
-
-def cost(fn, device: torch.device) -> float:
-    """Median host microseconds of one ``fn()``."""
-    per_loop = []
-    for _ in range(LOOPS):
-        if device.type == "cuda":
-            torch.cuda._sleep(200_000_000 // 100)  # ~1 ms of GPU work ahead of the loop
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        per_loop.append((time.perf_counter() - t0) / CALLS * 1e6)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    return statistics.median(per_loop)
 
 
 def entered(make_context):
@@ -90,7 +75,7 @@ def main() -> None:
     print(f"{'call':48s} {'us':>8s}")
     for name, fn in rows:
         with torch.autocast(device.type, dtype=torch.float16, enabled=getattr(fn, "autocast", False)):
-            us = cost(fn, device)
+            us = host_us_per_call(fn, device, CALLS, LOOPS, head_start=KERNEL_HEAD_START)
         print(f"{name:48s} {us:8.2f}")
 
 

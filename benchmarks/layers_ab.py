@@ -9,7 +9,7 @@ printed per run.
 The revision's package (flashgnn/, kernels/, models/) is exported with ``git archive`` into a
 temporary folder and each run starts in its folder: ``python -m`` puts the working directory
 first on sys.path, so a run started here with another PYTHONPATH would import this checkout
-(session 31 lost an A/B that way). Both read this checkout's datasets and generated graphs
+and compare it with itself. Both read this checkout's datasets and generated graphs
 unless ``--data`` / ``--cache-dir`` are given. On a host-bound graph the host's speed drifts within a
 loan, and runs in separate processes minutes apart see it: compare pairs, not runs.
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import common  # puts the checkout on sys.path
+import common  # noqa: F401  (puts the checkout on sys.path)
 from common import REPO_ROOT
 
 from flashgnn.benchmarking import table

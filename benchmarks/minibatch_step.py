@@ -15,11 +15,12 @@ import argparse
 import itertools
 import warnings
 
-from common import wall_median_ms  # (also puts the checkout on sys.path)
+import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 import torch.nn.functional as F
 
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph
+from flashgnn.benchmarking.timing import wall_median_ms
 from flashgnn.graph import Graph
 from flashgnn.models import GCN
 from flashgnn.sampling import NeighborSampler
@@ -99,7 +100,7 @@ def main() -> None:
         warnings.simplefilter("ignore")  # torch.sparse's beta warnings
         for name, fn in rows:
             fn()  # warm-up (kernels, cuSPARSE handles)
-            print(f"{name:34s} {wall_median_ms(fn, args.steps):8.2f} ms", flush=True)
+            print(f"{name:34s} {wall_median_ms(fn, args.steps, device):8.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ from flashgnn._cuda import segments
 from flashgnn._cuda.sddmm import sddmm_tensor_core
 from flashgnn._cuda.spmm import spmm_tensor_core
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, GENERATED, GeneratedSpec, data_dir, load_graph
-from flashgnn.benchmarking.kernels import block_width
 from flashgnn.benchmarking.timing import KERNEL_HEAD_START, Timer
 from flashgnn.format import MEBCRS
+from flashgnn.precision_context import block_width
 
 ORDERS = {"longest first": 1 << 62, "by column": 0}  # COLUMN_ORDER_MIN_VECTORS forcing each order
 

@@ -10,7 +10,7 @@ text with the headers of this checkout's kernels/, for the precision's instantia
         --graphs real --sizes 32,128 --precision fp16
 
 A version's SpMM must take the launch the checkout's launcher makes (spmm.py): its grid is 2-D
-(segment group, chunk group), so a file from before session 25 (a 1-D grid) is named with
+(segment group, chunk group), so a file written for a 1-D grid is named with
 ``:flat`` after its path (``old.cu:flat``) and gets the same blocks in one dimension.
 ``--seg-vectors`` fixes the SDDMM's segment length on every graph (its launcher picks 32 or 64).
 """
@@ -26,9 +26,10 @@ from flashgnn._cuda import sddmm as sddmm_launcher
 from flashgnn._cuda import spmm as spmm_launcher
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
-from flashgnn.benchmarking.kernels import STORAGE, block_width
+from flashgnn.benchmarking.kernels import STORAGE
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
 from flashgnn.format import MEBCRS
+from flashgnn.precision_context import block_width
 
 
 def instantiations(op: str, precision: str) -> list[str]:

@@ -21,11 +21,13 @@ import torch
 
 from flashgnn._cuda.spmm import FUSE_MAX_PARTS, spmm_tensor_core
 from flashgnn._cuda.spmm_fp32 import spmm_fp32
+from flashgnn._torch_private import gpu_sleep
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
-from flashgnn.benchmarking.kernels import STORAGE, block_width
+from flashgnn.benchmarking.kernels import STORAGE
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
 from flashgnn.format import MEBCRS
+from flashgnn.precision_context import block_width
 
 
 def ints(text: str) -> list[int]:
@@ -64,7 +66,7 @@ def main() -> int:
     device = torch.device("cuda")
     timer = kernel_timer(args.timer, device, warmup=5, iters=args.iters)
     root = data_dir()
-    floor = timer(lambda: torch.cuda._sleep(0)).ms
+    floor = timer(lambda: gpu_sleep(0)).ms
     print(f"empty kernel under the timer: {floor * 1e3:.1f} us", flush=True)
     rows, mismatches, first = [], 0, {}
     for name in resolve_names(args.graphs, root):

@@ -1,32 +1,30 @@
 """Where the host's time goes in an eager layer step (forward + torch.autograd.grad) on a
-host-bound graph: perf_counter marks around the pieces of flashgnn's GCNConv (128 -> 128) and
-AGNNConv (32) steps, with the GPU kept busy by a sleep so that only the host is timed (no
-profiler, whose own cost per op would dominate). Columns, median microseconds per step:
-precision_scope's entry and exit, the layer's Python before its autograd node, the node's
-forward, the hand-over to autograd's CUDA thread, the node's backward, the hand-back.
+host-bound graph: host-clock marks (``timing.HostMarks``) around the pieces of flashgnn's
+GCNConv (128 -> 128) and AGNNConv (32) steps, with the GPU kept busy by a sleep so that only
+the host is timed (no profiler, whose own cost per op would dominate). Columns, median
+microseconds per step: precision_scope's entry and exit, the layer's Python before its
+autograd node, the node's forward, the hand-over to autograd's CUDA thread, the node's
+backward, the hand-back.
 
     python benchmarks/step_host_time.py --graph musae_github --steps 150
 """
 import argparse
 import importlib
-import statistics
-import time
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
 
 from flashgnn import nn as fnn
+from flashgnn._torch_private import gpu_sleep
 from flashgnn.benchmarking.graphs import data_dir, load_graph
+from flashgnn.benchmarking.timing import HostMarks
 from flashgnn.graph import Graph
 from flashgnn.training.loop import prepare_graph
 from flashgnn.training.precision import precision_scope
 
-MARKS: dict[str, list[float]] = {}
+MARKS = HostMarks()
+mark = MARKS.mark
 NODES = {"GCNConv": ("flashgnn.ops.graph_conv", "_GraphConv"), "AGNNConv": ("flashgnn.ops.agnn", "_Propagate")}
-
-
-def mark(name: str) -> None:
-    MARKS.setdefault(name, []).append(time.perf_counter())
 
 
 def marked(node: type) -> None:
@@ -46,10 +44,6 @@ def marked(node: type) -> None:
         return out
 
     node.forward, node.backward = staticmethod(timed_forward), staticmethod(timed_backward)
-
-
-def span(a: str, b: str) -> float:
-    return statistics.median((t1 - t0) * 1e6 for t0, t1 in zip(MARKS[a], MARKS[b]))
 
 
 def main() -> None:
@@ -89,12 +83,12 @@ def main() -> None:
             torch.cuda.synchronize()
             MARKS.clear()
             for _ in range(10):
-                torch.cuda._sleep(60_000_000)
+                gpu_sleep(60_000_000)
                 for _ in range(-(-args.steps // 10)):
                     step()
                 torch.cuda.synchronize()
-            print(f"{layer_name:9} {precision:5} {span('step', 'step done'):8.1f} "
-                  + " ".join(f"{span(a, b):11.1f}" for _, a, b in pieces), flush=True)
+            print(f"{layer_name:9} {precision:5} {MARKS.span_us('step', 'step done'):8.1f} "
+                  + " ".join(f"{MARKS.span_us(a, b):11.1f}" for _, a, b in pieces), flush=True)
 
 
 if __name__ == "__main__":

@@ -189,12 +189,12 @@ def test_precision_scope_sets_the_sparse_precision():
 def test_precision_scope_runs_a_cuda_backward_on_the_calling_thread():
     """On CUDA the backward runs on the calling thread inside the scope (the setting is
     thread-local and restored on exit); CPU scopes leave the engine alone."""
-    assert torch._C._is_multithreading_enabled()
+    assert torch.autograd.is_multithreading_enabled()
     with precision_scope("fp32", torch.device("cuda")):  # fp32: no autocast, so no GPU needed
-        assert not torch._C._is_multithreading_enabled()
-    assert torch._C._is_multithreading_enabled()
+        assert not torch.autograd.is_multithreading_enabled()
+    assert torch.autograd.is_multithreading_enabled()
     with precision_scope("fp32", torch.device("cpu")):
-        assert torch._C._is_multithreading_enabled()
+        assert torch.autograd.is_multithreading_enabled()
 
 
 # ---------------------------------------------------------------------------- command line

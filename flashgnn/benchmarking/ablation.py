@@ -26,10 +26,13 @@ import torch
 from ..format import MEBCRS
 from ..ops import sddmm, spmm
 from . import table
+from .checks import ERROR_BOUND, relative_error, sddmm_check
+from .environment import environment
+from .errors import describe_error
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
-from .kernels import (ERROR_BOUND, QUICK_SCALE, STORAGE, _describe, _rel_err, _sddmm_check, add_run_arguments,
-                      environment)
+from .kernels import STORAGE
 from .mma_cost import padding_fraction, sddmm_cost, spmm_cost
+from .options import QUICK_SCALE, add_run_arguments
 from .timing import KERNEL_HEAD_START, Timer
 
 PLAN = (("spmm", 32), ("spmm", 128), ("sddmm", 32))
@@ -81,7 +84,7 @@ def _measure(row: AblationRow, timer: Timer, fn, check) -> None:
             if problem:
                 row.error = f"check failed: {problem}"
     except Exception as e:  # noqa: BLE001 - recorded in the table instead
-        row.error = _describe(e)
+        row.error = describe_error(e)
         if isinstance(e, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
 
@@ -112,14 +115,14 @@ def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str,
                 ref = torch.sparse.mm(csr64, x.double()) if check else None
                 xs = x.to(storage)
                 calls = {v: (lambda f=f: spmm(f, xs, precision)) for v, f in formats.items()}
-                checks = {v: (lambda out: (_rel_err(out, ref), None)) for v in formats}
+                checks = {v: (lambda out: (relative_error(out, ref), None)) for v in formats}
                 costs = {v: spmm_cost(f, size, storage.itemsize) for v, f in formats.items()}
             else:
                 y = torch.randn(g.num_nodes, size, generator=gen, device=device)
                 ref = torch.sparse.sampled_addmm(csr64, x.double(), y.double().t(), beta=0.0).values() if check else None
                 xs, ys = x.to(storage), y.to(storage)
                 calls = {v: (lambda f=f: sddmm(f, xs, ys, precision)) for v, f in formats.items()}
-                checks = {v: _sddmm_check(f, ref) for v, f in formats.items()}
+                checks = {v: sddmm_check(f, ref) for v, f in formats.items()}
                 costs = {v: sddmm_cost(f, size, storage.itemsize) for v, f in formats.items()}
             pair = {}
             for v, fmt in formats.items():
@@ -206,13 +209,14 @@ def run(args) -> int:
         try:
             g = load_graph(name, root, QUICK_SCALE if args.quick else 1, args.cache_dir)
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            rows.append(AblationRow(name, None, "load", args.precision, error=_describe(e)))
+            rows.append(AblationRow(name, None, "load", args.precision, error=describe_error(e)))
             continue
         print(f"== {g.name}: {g.num_nodes:,} nodes, {g.nnz:,} nonzeros", flush=True)
         try:
             rows += run_graph(g, device, timer, args.precision, args.check, args.seed)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory for a format or the reference
-            rows.append(AblationRow(g.name, g.nnz, "setup", args.precision, error=_describe(e)))
+            rows.append(AblationRow(g.name, g.nnz, "setup", args.precision,
+                                    error=describe_error(e)))
         del g
         if device.type == "cuda":
             torch.cuda.empty_cache()

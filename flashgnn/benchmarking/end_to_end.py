@@ -39,7 +39,6 @@ fastest PyG fp32 epoch, eager or replayed; PyG's adj_t path cannot be captured).
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +49,11 @@ from ..data.dataset import graph_from_csr, random_split
 from ..data.metrics import scorer
 from ..data.npz import load_npz
 from ..data.synthetic import load_synthetic
+from .errors import describe_error
 from .graphs import data_dir, load_graph, resolve_names
-from .kernels import QUICK_SCALE, _describe, _split
-from .layers import ModelRow, _free, add_common_arguments, pyg_runs, report, set_speedups, setup
+from .layers import ModelRow, add_common_arguments, pyg_runs, report, set_speedups, setup
+from .options import QUICK_SCALE, comma_list
+from .timing import free_device_memory, timed_call
 from .training import SYNTHETIC, bench_model, on_device
 
 GENERATED = {
@@ -86,10 +87,9 @@ def load_data(name: str, root: Path | None, quick: bool, seed: int) -> tuple[str
         params = dict(GENERATED[name], seed=seed)
         if quick:
             params["num_nodes"] //= QUICK_SCALE
-        tic = time.perf_counter()
-        data = load_synthetic(**params, progress=False)
+        data, seconds = timed_call(lambda: load_synthetic(**params, progress=False))
         label = f"{name}/{QUICK_SCALE}" if quick else name
-        return label, data, f"generated in {time.perf_counter() - tic:.1f} s"
+        return label, data, f"generated in {seconds:.1f} s"
     with np.load(root / f"{name}.npz") as d:
         keys = set(d.files)
     if keys & {"x", "x_indptr"} and keys & {"y", "y_multi"}:
@@ -116,7 +116,7 @@ def run(args) -> int:
     if context is None:
         return 2
     device, timer, precisions, notes = context
-    models = _split(args.models, list(MODELS), "models")
+    models = comma_list(args.models, list(MODELS), "models")
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root, generated=tuple(GENERATED))
     with_pyg = pyg_runs(args, notes)
@@ -126,8 +126,9 @@ def run(args) -> int:
             label, data, origin = load_data(name, root, args.quick, args.seed)
             data = on_device(data, device)
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            rows.append(ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {_describe(e)}"))
-            _free(device)
+            rows.append(ModelRow(name, "", "flashgnn", "",
+                                 error=f"loading the graph: {describe_error(e)}"))
+            free_device_memory(device)
             continue
         notes.append(f"{label}: {data.num_nodes:,} nodes, {data.graph.num_edges:,} nonzeros with self-loops, "
                      f"{data.num_features} features, {data.num_classes} classes ({origin})")
@@ -140,7 +141,7 @@ def run(args) -> int:
                                 args.cuda_graph and device.type == "cuda")
             del model
         del data
-        _free(device)
+        free_device_memory(device)
     set_speedups(rows)
     for r in rows:
         if r.ms is not None and r.prep_ms is not None:

@@ -26,8 +26,6 @@ a sticky CUDA error, such as an illegal address, every later GPU row fails too).
 """
 from __future__ import annotations
 
-import platform
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -36,9 +34,13 @@ import torch
 
 from ..format import MEBCRS
 from ..ops import PRECISIONS, sddmm, spmm
+from ..precision_context import block_width
 from . import table
-from .graphs import DEFAULT_CACHE_DIR, BenchGraph, data_dir, load_graph, resolve_names
-from .results import provenance
+from .checks import ERROR_BOUND, relative_error, sddmm_check
+from .environment import environment
+from .errors import describe_error
+from .graphs import BenchGraph, data_dir, load_graph, resolve_names
+from .options import QUICK_SCALE, add_run_arguments, comma_list
 from .table import Row
 from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
@@ -46,15 +48,9 @@ OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
 DEFAULT_PRECISIONS = {"spmm": ("fp16", "bf16", "tf32", "fp32"), "sddmm": ("fp16", "bf16", "tf32", "fp32")}
 BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
-ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
-QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
 TIMER_TEXT = {"cold": "cold: median of single calls, each on a cold L2",
               "back-to-back": "back-to-back: median over CUDA-graph replays of many calls in a row, per call"}
-
-
-def block_width(precision: str) -> int:
-    return 4 if precision == "tf32" else 8
 
 
 def add_arguments(p) -> None:
@@ -76,24 +72,6 @@ def add_arguments(p) -> None:
     add_run_arguments(p)
 
 
-def add_run_arguments(p) -> None:
-    """Device, data and timing options shared by the kernel-level benchmarks."""
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5, quick 2)")
-    p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 30, quick 10)")
-    p.add_argument("--seed", type=int, default=0)
-
-
-def _split(text: str, allowed, what: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in allowed]
-    if bad or not items:
-        raise ValueError(f"--{what}: expected a comma list of {', '.join(allowed)}, got {text!r}")
-    return items
-
-
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(t) for t in text.split(",") if t.strip()]
@@ -102,17 +80,6 @@ def _sizes(text: str) -> list[int]:
     if not sizes or min(sizes) < 1:
         raise ValueError(f"--sizes: expected a comma list of positive integers, got {text!r}")
     return sizes
-
-
-def _describe(e: BaseException) -> str:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}"[:200]
-
-
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = torch.linalg.vector_norm(out.to(torch.float64) - ref).item()
-    scale = torch.linalg.vector_norm(ref).item()
-    return diff / scale if scale > 0 else diff
 
 
 class KernelBench:
@@ -168,8 +135,8 @@ class KernelBench:
         flops = 2 * g.nnz * n
         csr_bytes = _csr_bytes(g) + 4 * g.nnz + 4 * n * (g.nnz + g.num_nodes)
         base = Row(g.name, g.nnz, "spmm", BASELINE["spmm"], n)
-        self._measure(base, lambda: torch.sparse.mm(csr, x), flops, csr_bytes,
-                      check=None if ref is None else lambda out: (_rel_err(out, ref), None),
+        check = None if ref is None else lambda out: (relative_error(out, ref), None)
+        self._measure(base, lambda: torch.sparse.mm(csr, x), flops, csr_bytes, check=check,
                       bound=ERROR_BOUND["fp32"])
         for precision in precisions:
             row = Row(g.name, g.nnz, "spmm", precision, n)
@@ -181,8 +148,7 @@ class KernelBench:
             size = xs.element_size()
             nbytes = (_mebcrs_bytes(fmt) + 8 * fmt.n_vectors * fmt.values.element_size()
                       + size * n * (fmt.n_vectors + g.num_nodes))
-            self._measure(row, lambda: spmm(fmt, xs, precision), flops, nbytes,
-                          check=None if ref is None else lambda out: (_rel_err(out, ref), None),
+            self._measure(row, lambda: spmm(fmt, xs, precision), flops, nbytes, check=check,
                           bound=ERROR_BOUND[precision], baseline=base)
 
     def _sddmm(self, g, csr, csr64, formats, k_dim: int, precisions, gen) -> None:
@@ -195,9 +161,9 @@ class KernelBench:
         flops = 2 * g.nnz * k_dim
         csr_bytes = _csr_bytes(g) + 4 * k_dim * (g.num_nodes + g.nnz) + 4 * g.nnz
         base = Row(g.name, g.nnz, "sddmm", BASELINE["sddmm"], k_dim)
+        check = None if ref is None else lambda out: (relative_error(out.values(), ref), None)
         self._measure(base, lambda: torch.sparse.sampled_addmm(csr, x, y.t(), beta=0.0), flops, csr_bytes,
-                      check=None if ref is None else lambda out: (_rel_err(out.values(), ref), None),
-                      bound=ERROR_BOUND["fp32"])
+                      check=check, bound=ERROR_BOUND["fp32"])
         for precision in precisions:
             row = Row(g.name, g.nnz, "sddmm", precision, k_dim)
             fmt = formats[block_width(precision)]
@@ -209,7 +175,7 @@ class KernelBench:
             nbytes = (_mebcrs_bytes(fmt) + fmt.n_vectors + size * k_dim * (g.num_nodes + fmt.n_vectors)
                       + 4 * 8 * fmt.n_vectors)
             self._measure(row, lambda: sddmm(fmt, xs, ys, precision), flops, nbytes,
-                          check=None if ref is None else _sddmm_check(fmt, ref),
+                          check=None if ref is None else sddmm_check(fmt, ref),
                           bound=ERROR_BOUND[precision], baseline=base)
 
     # ------------------------------------------------------------------ one row
@@ -239,7 +205,7 @@ class KernelBench:
                 if problem:
                     row.error = f"check failed: {problem}"
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            row.error = _describe(e)
+            row.error = describe_error(e)
             result = None
             if isinstance(e, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
@@ -264,16 +230,6 @@ def _csr_bytes(g: BenchGraph) -> int:
 
 def _mebcrs_bytes(fmt: MEBCRS) -> int:
     return 8 * (fmt.n_windows + 1) + 4 * fmt.n_vectors
-
-
-def _sddmm_check(fmt: MEBCRS, ref: torch.Tensor):
-    """Relative error of the real slots (in CSR order) and a problem when a padding slot is not 0."""
-    def check(out):
-        padding = torch.ones(out.numel(), dtype=torch.bool, device=out.device)
-        padding[fmt.perm] = False
-        written = int(torch.count_nonzero(out[padding]))
-        return _rel_err(out[fmt.perm], ref), f"{written} padding slots are not 0" if written else None
-    return check
 
 
 # ---------------------------------------------------------------------- reporting
@@ -301,48 +257,6 @@ def summary(rows: list[Row], real: set[str], generated: list[str]) -> tuple[list
         line.append(str(sum(1 for r in rows if (r.op, r.impl, r.size) == (op, impl, size) and r.error)))
         body.append(line)
     return header, body
-
-
-def copy_bandwidth_gbps(timer: Timer) -> float:
-    """Device-to-device copy of 1 GiB: (bytes read + bytes written) / time."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=timer.device)
-    dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src)).ms
-    return 2 * src.numel() / ms / 1e6
-
-
-def _copy_bandwidth_text(timer: Timer) -> str:
-    try:
-        return f"{copy_bandwidth_gbps(timer):.0f} GB/s (device-to-device copy, read + write)"
-    except Exception as e:  # noqa: BLE001 - e.g. a kernel left the context unusable
-        return f"not measured ({_describe(e)})"
-
-
-def driver_version() -> str:
-    """The NVIDIA driver's version as nvidia-smi reports it (torch does not expose it)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        return out.split()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return "unknown (nvidia-smi did not answer)"
-
-
-def environment(timer: Timer) -> dict[str, str]:
-    """Where a benchmark ran: the commit, UTC date and command (``results.provenance``), torch,
-    python; the GPU (name, driver, CUDA, SMs, memory, copy bandwidth) or the CPU. Written beside
-    every result CSV."""
-    device = timer.device
-    env = {**provenance(), "torch": torch.__version__, "python": platform.python_version()}
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        env.update(gpu=props.name, driver=driver_version(), cuda=str(torch.version.cuda),
-                   sms=str(props.multi_processor_count),
-                   memory_gib=f"{props.total_memory / 2**30:.0f}",
-                   copy_bandwidth=_copy_bandwidth_text(timer))
-    else:
-        env.update(cpu=platform.processor() or platform.machine())
-    return env
 
 
 def markdown(env: dict, summary_table, rows: list[Row], graphs: list[dict]) -> str:
@@ -378,8 +292,8 @@ def run(args) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("flashgnn bench kernels: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
         return 2
-    ops = _split(args.ops, OPS, "ops")
-    chosen = _split(args.precisions, PRECISIONS, "precisions") if args.precisions else None
+    ops = comma_list(args.ops, OPS, "ops")
+    chosen = comma_list(args.precisions, PRECISIONS, "precisions") if args.precisions else None
     sizes = _sizes(args.sizes) if args.sizes else None
     plan = {op: (sizes or list(DEFAULT_SIZES[op]), chosen or list(DEFAULT_PRECISIONS[op])) for op in ops}
     root = data_dir(args.data)
@@ -395,7 +309,7 @@ def run(args) -> int:
         try:
             g = load_graph(name, root, scale, args.cache_dir)
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            bench.skip(Row(name, 0, "load", ""), _describe(e))
+            bench.skip(Row(name, 0, "load", ""), describe_error(e))
             continue
         if g.generated:
             generated.append(g.name)
@@ -405,7 +319,7 @@ def run(args) -> int:
         try:
             bench.run_graph(g)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory for the inputs or the reference
-            bench.skip(Row(g.name, g.nnz, "setup", ""), _describe(e))
+            bench.skip(Row(g.name, g.nnz, "setup", ""), describe_error(e))
         del g
 
     rows = bench.rows + table.geomean_rows(bench.rows, real, "geomean real")

@@ -15,9 +15,9 @@ wall ms: after each round's timed calls, --iters calls back to back (no GPU slee
 flush) timed by the host's clock, the GPU synchronised before and after, per call; the median
 over rounds. It is what a step costs where the host is the bottleneck: there the event timer
 gives the GPU time left after the host's lead over the 0.2 ms GPU sleep that precedes each
-call, which moves with the host's speed (0.61 and 0.97 ms in two runs of one 1.1 ms step,
-H100, session 27). A step's time is the larger of ms and wall ms (the event time on a
-GPU-bound step, the wall time on a host-bound one), for PyG's rows and ours alike.
+call, which moves with the host's speed (docs/TUNING.md). A step's time is the larger of ms
+and wall ms (the event time on a GPU-bound step, the wall time on a host-bound one), for PyG's
+rows and ours alike.
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
 precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32; on CUDA the backward on
 the calling thread); PyG runs under the same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
@@ -49,10 +49,8 @@ PyTorch may keep the memory pool of a failed capture, which a 60M-nonzero graph 
 from __future__ import annotations
 
 import copy
-import gc
 import statistics
 import sys
-import time
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -70,9 +68,12 @@ from ..precision_context import block_width
 from ..training.loop import prepare_graph
 from ..training.precision import precision_scope
 from . import table
+from .checks import relative_error
+from .environment import environment
+from .errors import describe_error
 from .graphs import DEFAULT_CACHE_DIR, GENERATED, data_dir, load_graph, resolve_names
-from .kernels import QUICK_SCALE, _describe, _rel_err, _split, environment
-from .timing import Timer
+from .options import QUICK_SCALE, comma_list
+from .timing import Timer, free_device_memory, timed_call, wall_per_call
 
 DEFAULT_GRAPHS = "powerlaw_products,musae_github"
 PYG_PRECISIONS = ("fp32", "fp16")
@@ -119,7 +120,7 @@ def pyg_missing() -> str | None:
     try:
         import torch_geometric.nn  # noqa: F401
     except Exception as e:  # noqa: BLE001 - missing, or broken by a binary mismatch
-        return f"torch_geometric is not usable ({_describe(e)}): PyG rows skipped"
+        return f"torch_geometric is not usable ({describe_error(e)}): PyG rows skipped"
     return None
 
 
@@ -235,30 +236,12 @@ def module_and_graph(module: nn.Module, graph: Graph, precision: str, path: str 
 
 
 # ---------------------------------------------------------------------- measuring
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], object]], cuda_graph: bool = False):
     """Fill ``row`` with the time of the step that ``prepare()`` returns (``prep_ms``: what
     ``prepare`` took), with ``cuda_graph`` the time of its CUDA-graph replay, and the peak
     device memory beyond what was allocated before ``prepare``; return the step's last
     (eager) result, or None with ``row.error`` set on failure."""
     return measure_rounds([(row, prepare)], timer, 1, cuda_graph)[0]
-
-
-def wall_per_call(step: Callable[[], object], calls: int, device: torch.device) -> float:
-    """ms per call of ``calls`` calls of ``step`` back to back, by the host's clock, the GPU
-    synchronised before and after."""
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    sync()
-    tic = time.perf_counter()
-    for _ in range(calls):
-        step()
-    sync()
-    return (time.perf_counter() - tic) / calls * 1e3
 
 
 def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], object]]]], timer: Timer,
@@ -273,7 +256,7 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
     if rounds < 1:
         raise ValueError(f"need rounds >= 1, got {rounds}")
     device = timer.device
-    _free(device)
+    free_device_memory(device)
     steps, resident, results = [], [], [None] * len(entries)
     samples, walls = [[] for _ in entries], [[] for _ in entries]
     allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
@@ -283,14 +266,12 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
         for row, prepare in entries:
             base = allocated()
             try:
-                tic = time.perf_counter()
-                steps.append(prepare())
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                row.prep_ms = (time.perf_counter() - tic) * 1e3
+                step, seconds = timed_call(prepare, device)
+                steps.append(step)
+                row.prep_ms = seconds * 1e3
                 resident.append(allocated() - base)  # the step's adjacency or format, its module
             except Exception as e:  # noqa: BLE001 - recorded in the row; out of memory included
-                row.error = _describe(e)
+                row.error = describe_error(e)
                 steps.append(None)
                 resident.append(0)
         for _ in range(rounds):
@@ -306,7 +287,7 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
                     if wall:
                         walls[i].append(wall_per_call(steps[i], timer.iters, device))
                 except Exception as e:  # noqa: BLE001
-                    row.error, steps[i], results[i] = _describe(e), None, None
+                    row.error, steps[i], results[i] = describe_error(e), None, None
                     continue
                 samples[i] += m.samples
                 results[i] = m.result
@@ -321,9 +302,9 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
                 try:
                     row.graph_ms = timer(graphed(steps[i]), warmup=1).ms
                 except Exception as e:  # noqa: BLE001 - a step that cannot be captured says why
-                    row.error = f"CUDA graph: {_describe(e)}"
+                    row.error = f"CUDA graph: {describe_error(e)}"
     steps = None
-    _free(device)
+    free_device_memory(device)
     return results
 
 
@@ -422,7 +403,7 @@ def setup(args, name: str) -> tuple[torch.device, Timer, list[str], list[str]] |
     if device.type == "cuda" and not torch.cuda.is_available():
         print(f"flashgnn bench {name}: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
         return None
-    precisions = _split(args.precisions, PRECISIONS, "precisions")
+    precisions = comma_list(args.precisions, PRECISIONS, "precisions")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     iters = args.iters if args.iters is not None else (3 if args.quick else 10)
     notes = []
@@ -471,7 +452,7 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
         entries = []
         for impl, precision, path in implementations(pyg_paths, precisions, with_pyg, replays(layer, x, graph)):
-            def prepare(layer=layer, precision=precision, path=path, impl=impl):
+            def prepare(layer=layer, precision=precision, path=path, impl=impl, x=x, proj=proj):
                 module, g = module_and_graph(layer, graph, precision, path and path.split()[0],
                                              cached=path is not None and "cached" in path)
                 return fwd_bwd(set_replay(module, False) if impl == EAGER else module, g, x, proj, precision)
@@ -486,7 +467,7 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
                     if ref is None and row.precision == "fp32":
                         ref = out.to(torch.float64)
                     if ref is not None:
-                        row.rel_err = _rel_err(out, ref)
+                        row.rel_err = relative_error(out, ref)
                 rows.append(row)
                 print(f"  {model:8s} {row.impl:18s} {row.precision:5s} {timings(row)}", flush=True)
             del out
@@ -532,7 +513,7 @@ def run(args) -> int:
     if context is None:
         return 2
     device, timer, precisions, notes = context
-    models = _split(args.models, MODELS, "models")
+    models = comma_list(args.models, MODELS, "models")
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
     rows: list[ModelRow] = []
@@ -544,13 +525,14 @@ def run(args) -> int:
             label, nnz = g.name, graph.num_edges
             del g
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            rows.append(ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {_describe(e)}"))
+            rows.append(ModelRow(name, "", "flashgnn", "",
+                                 error=f"loading the graph: {describe_error(e)}"))
             continue
         print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
         rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed,
                             args.cuda_graph and device.type == "cuda", models, args.rounds)
         del graph
-        _free(device)
+        free_device_memory(device)
     set_speedups(rows)
     notes = notes + bar_lines(rows)
     return report(rows, notes, args, "Layer benchmark (forward + backward)", __doc__.split("\n\n", 1)[1], timer)

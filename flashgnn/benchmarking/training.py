@@ -26,7 +26,6 @@ goes on.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 
@@ -34,9 +33,10 @@ from ..data import Dataset
 from ..data.synthetic import load_synthetic
 from ..training.loop import make_optimizer, train_step, training_targets
 from ..training.precision import grad_scaler
-from .kernels import QUICK_SCALE, _split
 from .layers import ModelRow, add_common_arguments, implementations, measure, module_and_graph, pyg_runs
 from .layers import report, set_speedups, setup, timings
+from .options import QUICK_SCALE, comma_list
+from .timing import timed_call
 
 SYNTHETIC = dict(num_nodes=2_449_029, avg_degree=25.0, num_classes=47, num_features=100, homophily=0.7,
                  feature_signal=0.1)
@@ -102,15 +102,13 @@ def run(args) -> int:
     if context is None:
         return 2
     device, timer, precisions, notes = context
-    models = _split(args.models, list(MODELS), "models")
+    models = comma_list(args.models, list(MODELS), "models")
     params = dict(SYNTHETIC, seed=args.seed)
     if args.num_nodes is not None:
         params["num_nodes"] = args.num_nodes
     elif args.quick:
         params["num_nodes"] //= QUICK_SCALE
-    tic = time.perf_counter()
-    data = load_synthetic(**params, progress=False)
-    generated_s = time.perf_counter() - tic
+    data, generated_s = timed_call(lambda: load_synthetic(**params, progress=False))
     data = on_device(data, device)
     label = f"synthetic {data.num_nodes:,} nodes"
     notes.append(f"{label}: {data.graph.num_edges:,} nonzeros with self-loops, {data.num_features} features, "

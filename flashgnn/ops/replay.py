@@ -1,13 +1,12 @@
 """An autograd node's kernels replayed from CUDA graphs, one configuration at a time.
 
 On graphs of up to a few million edges an eager layer step costs the host several times what
-it costs the GPU: every op is a trip through Python, torch's dispatcher and the driver
-(BENCHMARKS.md, session 32: a GCN layer step on musae_github, 0.83 ms eager, 0.31 ms
-replayed). An op given a ``NodeReplay`` runs each pass as an entry, run eagerly, which reads
-what the caller passes (the features; the incoming gradient) into a static buffer, and a body,
-captured in a CUDA graph and replayed, which reads only static buffers and tensors the
-configuration keeps alive (parameters, the sparse format) and writes static buffers: two host
-calls a pass instead of one per op, and the eager kernels' bits.
+it costs the GPU: every op is a trip through Python, torch's dispatcher and the driver. An op
+given a ``NodeReplay`` runs each pass as an entry, run eagerly, which reads what the caller
+passes (the features; the incoming gradient) into a static buffer, and a body, captured in a
+CUDA graph (``cuda_graphs.capture``) and replayed, which reads only static buffers and tensors
+the configuration keeps alive (parameters, the sparse format) and writes static buffers: two
+host calls a pass instead of one per op, and the eager kernels' bits.
 
 A configuration (the op's key: the identities of the tensors its body reads, shapes, dtypes,
 precision, which gradients are needed, device and stream) is captured on its second call, the
@@ -19,12 +18,12 @@ a forward whose backward has not run, a gradient AccumulateGrad kept as ``.grad`
 overwrites what its graph writes, so it runs only while no one else holds any of that;
 otherwise the call takes another slot (graphs and buffers of its own: ``out = model(x)`` still
 holds the last step's output while the next forward runs) or, with every slot busy, runs
-eagerly. Inside a capture of the caller's own (``cuda_graphs``) and in inference mode, the op
+eagerly. Inside an outer capture or its warm-up (``cuda_graphs.capturing``: a whole step in a
+``CudaGraphStep``, or the caller's own ``torch.cuda.graph``) and in inference mode, the op
 runs eagerly.
 """
 from __future__ import annotations
 
-import warnings
 from collections import OrderedDict
 from typing import Callable
 
@@ -32,43 +31,25 @@ import torch
 from torch import Tensor
 
 from .._cuda.runtime import current_stream
+from .._torch_private import storage_use_counter
+from ..cuda_graphs import capturing, warn_eager
+from ..cuda_graphs import capture as capture_graph
 
 SLOTS = 2  # per configuration: the step in flight and the one before it
 CONFIGURATIONS = 3  # per NodeReplay (training, evaluation, one more); the least recently used goes first
 AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
 
-_use_count = torch._C._storage_Use_Count
-_CAPTURE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}  # (device, caller's stream) -> capture stream
-
 
 def capture(body: Callable[[], object], device: torch.device) -> tuple[torch.cuda.CUDAGraph, object]:
-    """(a CUDA graph of ``body()``'s kernels on ``device``, what ``body()`` returned: its
-    tensors, in the graph's own memory pool, are what each replay writes).
-
-    ``body`` runs once eagerly first, on the stream the capture then uses (one per device and
-    caller's stream: launchers keep scratch per stream), so that whatever this thread and
-    stream make lazily (a cuBLAS handle: an eager backward may have run on autograd's own
-    thread; workspaces; per-stream scratch) exists before the capture, where making it would
-    fail the capture. Autograd and autocast's cast cache are off; other threads may use the
-    GPU meanwhile; the caller's stream is current again afterwards, even on failure."""
-    graph = torch.cuda.CUDAGraph()
-    caller = torch.cuda.current_stream(device)
-    key = (device.index, caller.cuda_stream)
-    stream = _CAPTURE_STREAMS.get(key)
-    if stream is None:
-        stream = _CAPTURE_STREAMS[key] = torch.cuda.Stream(device)
-    stream.wait_stream(caller)
-    try:
-        with torch.cuda.device(device), torch.no_grad(), \
-                torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
-                               dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False):
-            with torch.cuda.stream(stream):
-                body()
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                result = body()
-    finally:
-        torch.cuda.set_stream(caller)
-    return graph, result
+    """``cuda_graphs.capture`` of a node's body on ``device``, after one eager run on the
+    capture stream (an eager backward may have run on autograd's own thread, so this thread
+    may still lack its cuBLAS handle), with autograd off, autocast as the caller has it but
+    without its cast cache, and other threads free to use the GPU meanwhile."""
+    autocast = torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
+                              dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+    with torch.no_grad(), autocast:
+        return capture_graph(body, device, warmup=1, what="a layer's kernels",
+                             capture_error_mode="thread_local")
 
 
 class Statics:
@@ -77,19 +58,21 @@ class Statics:
     parameter it returns unconverted) are not the owner's and are left out."""
 
     def __init__(self, *tensors: Tensor | None, external: tuple = ()):
-        skip = {t.untyped_storage()._cdata for t in external if isinstance(t, Tensor)}
+        # a data pointer names a storage: live storages with data never share one, and empty
+        # ones (all at 0) hold nothing a replay could overwrite
+        skip = {t.untyped_storage().data_ptr() for t in external if isinstance(t, Tensor)}
         storages = {}
         for t in tensors:
             if t is not None:
                 s = t.untyped_storage()  # kept: the Python storage's own reference stays counted
-                if s._cdata not in skip:
-                    storages.setdefault(s._cdata, s)
+                if s.data_ptr() not in skip:
+                    storages.setdefault(s.data_ptr(), s)
         self._storages = list(storages.values())
-        self._counts = [(c, _use_count(c)) for c in storages]
+        self._counts = [(count, count()) for count in map(storage_use_counter, self._storages)]
 
     def held_elsewhere(self) -> bool:
         """Whether a tensor other than the owner's shares one of the storages."""
-        return any(_use_count(c) > n for c, n in self._counts)
+        return any(count() > n for count, n in self._counts)
 
 
 def _aliases(tensors: tuple) -> tuple:
@@ -160,7 +143,7 @@ class Configuration:
                 make_backward(slot)
         except RuntimeError as e:  # a kernel that cannot be captured: this configuration stays eager
             self.failed = True
-            warnings.warn(f"flashgnn: capturing a layer's kernels in a CUDA graph failed, it runs eagerly: {e}")
+            warn_eager("a layer's kernels", e)
             return None
         return slot
 
@@ -196,7 +179,7 @@ class NodeReplay:
         """Whether a call on CUDA tensor ``x`` and a sparse matrix of ``nnz`` nonzeros replays."""
         if self.enabled is False or not x.is_cuda or (self.enabled is None and nnz > AUTO_MAX_NONZEROS):
             return False
-        return not torch.is_inference_mode_enabled() and not torch.cuda.is_current_stream_capturing()
+        return not torch.is_inference_mode_enabled() and not capturing()
 
     def plan(self, key: tuple, keep: tuple, device: torch.device, new_input: Callable[[], Tensor],
              forward: Callable[[Tensor], tuple], new_grad_input: Callable[[Slot], Tensor] | None = None,

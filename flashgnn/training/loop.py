@@ -105,9 +105,8 @@ def prepare_graph(graph: Graph, self_loops: bool, device: torch.device, k: int) 
 
 
 # train.cuda_graph "auto" replays steps from CUDA graphs on graphs of up to this many nonzeros
-# (self-loops included), where the host's launches bound an epoch (H100: GCN on cora 3.1 -> 0.3
-# ms per epoch, on musae_facebook's 342k nonzeros 3.2 -> 0.9 ms); larger graphs keep eager steps,
-# which share one memory pool with evaluation.
+# (self-loops included), where the host's launches bound an epoch (docs/TUNING.md); larger
+# graphs keep eager steps, which share one memory pool with evaluation.
 AUTO_CUDA_GRAPH_EDGES = 5_000_000
 
 
@@ -261,11 +260,13 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     cuda_graph = not minibatch and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
 
     model = build_configured_model(cfg["model"], dataset).to(device)
-    if cuda_graph or minibatch:
-        # the layers' own kernel replay (ops.replay) gains nothing inside a captured step, nor on
-        # blocks that are new every batch; it would only keep buffers and blocks alive
-        set_replay(model, False)
     if minibatch:
+        # Layers replay their kernels (ops.replay) from a configuration's second call, keyed by
+        # the graph's identity; each mini-batch samples new blocks, so every call would start a
+        # configuration that is never replayed yet keeps its blocks alive. Only the loop knows
+        # that its graphs are new every step, so it turns the replay off here. (Captured whole
+        # steps need nothing: layers run eagerly inside a capture, cuda_graphs.capturing.)
+        set_replay(model, False)
         check_fanouts(model, t["fanouts"])
     optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device)
     scaler = grad_scaler(precision, device)

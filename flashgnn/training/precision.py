@@ -12,7 +12,7 @@ On CUDA a backward started inside the scope runs on the calling thread
 (``torch.autograd.set_multithreading_enabled(False)``, thread-local) instead of autograd's
 worker thread for the device: a one-device step gains nothing from that thread and pays two
 hand-overs to it and back, which on a host-bound step (a layer on a graph of a few hundred
-thousand edges) cost a third of the step (BENCHMARKS.md, session 31). A model spread over
+thousand edges) cost a third of the step (docs/TUNING.md). A model spread over
 several GPUs of one process would lose the overlap of their backward threads inside the scope.
 """
 from __future__ import annotations
@@ -22,7 +22,6 @@ import contextlib
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
 
 from ..precision_context import precision as sparse_precision
 
@@ -49,7 +48,9 @@ class RoundedMatmuls(TorchFunctionMode):
         kwargs = kwargs or {}
         if func not in _MATMULS:
             return func(*args, **kwargs)
-        args, kwargs = tree_map(self._round, (args, kwargs))
+        # matmul-like calls take their tensors flat, as arguments or keywords
+        args = tuple(map(self._round, args))
+        kwargs = {name: self._round(value) for name, value in kwargs.items()}
         return self._round(func(*args, **kwargs))
 
 

@@ -1,0 +1,34 @@
+"""Command-line options and values that several benchmarks share."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .graphs import DEFAULT_CACHE_DIR
+
+QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
+
+
+def comma_list(text: str, allowed, what: str) -> list[str]:
+    """The items of the comma list ``text`` of option ``--what``; a ValueError naming the
+    option unless every item is one of ``allowed`` and there is at least one."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad or not items:
+        raise ValueError(f"--{what}: expected a comma list of {', '.join(allowed)}, got {text!r}")
+    return items
+
+
+def add_run_arguments(p) -> None:
+    """Device, data and timing options shared by the kernel-level benchmarks."""
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--data", default=None,
+                   help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+                   help="where generated graphs are kept")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed calls first (default 5, quick 2)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed calls, the median is reported (default 30, quick 10)")
+    p.add_argument("--seed", type=int, default=0)
