@@ -4,7 +4,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-test train test check-kernels
+.PHONY: setup setup-test train test lint check-kernels
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ train: setup
 
 test: setup-test
 	$(PY) -m pytest -q
+
+lint: setup-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 check-kernels: setup
 	$(PY) -m flashgnn.cuda --check --arch sm_80,sm_90

@@ -2,6 +2,7 @@
 script is run as ``python benchmarks/<name>.py`` without installing, and prepares their kernel
 sources and operands (the benchmark logic and every timer live in ``flashgnn.benchmarking``,
 so that ``flashgnn bench`` runs it from an installed package)."""
+
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ class GraphOperands(NamedTuple):
     """A benchmark graph's CSR on the GPU: indptr and indices as loaded, values in [0.5, 1.5),
     the float32 CSR with int32 row offsets that the cuSPARSE baselines take, and the generator
     (seeded 0) that drew the values and draws the dense operands after them."""
+
     indptr: torch.Tensor
     indices: torch.Tensor
     values: torch.Tensor
@@ -48,5 +50,7 @@ def graph_operands(g, device: torch.device) -> GraphOperands:
     indptr = torch.from_numpy(g.indptr).to(device)
     indices = torch.from_numpy(g.indices).to(device)
     values = torch.rand(g.nnz, generator=gen, device=device) + 0.5
-    csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes))
+    csr = torch.sparse_csr_tensor(
+        indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes)
+    )
     return GraphOperands(indptr, indices, values, csr, gen)

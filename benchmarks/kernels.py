@@ -1,6 +1,7 @@
 """SpMM and SDDMM on ME-BCRS against cuSPARSE: ``python benchmarks/kernels.py [options]``,
 the same as ``flashgnn bench kernels [options]`` (``--help`` lists them; the method and the
 formulas are in flashgnn/benchmarking/kernels.py)."""
+
 import sys
 
 import common  # noqa: F401  (puts the checkout on sys.path)

@@ -1,6 +1,8 @@
-"""One GCN and one AGNN layer, forward + backward, against PyG: ``python benchmarks/layers.py [options]``,
-the same as ``flashgnn bench layers [options]`` (``--help`` lists them; the method is in
+"""One GCN and one AGNN layer, forward + backward, against PyG:
+``python benchmarks/layers.py [options]``, the same as ``flashgnn bench layers [options]``
+(``--help`` lists them; the method is in
 flashgnn/benchmarking/layers.py)."""
+
 import sys
 
 import common  # noqa: F401  (puts the checkout on sys.path)

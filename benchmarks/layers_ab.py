@@ -10,9 +10,11 @@ The revision's package (flashgnn/, kernels/, models/) is exported with ``git arc
 temporary folder and each run starts in its folder: ``python -m`` puts the working directory
 first on sys.path, so a run started here with another PYTHONPATH would import this checkout
 and compare it with itself. Both read this checkout's datasets and generated graphs
-unless ``--data`` / ``--cache-dir`` are given. On a host-bound graph the host's speed drifts within a
+unless ``--data`` / ``--cache-dir`` are given. On a host-bound graph the host's speed drifts within
+a
 loan, and runs in separate processes minutes apart see it: compare pairs, not runs.
 """
+
 import argparse
 import os
 import subprocess
@@ -30,10 +32,14 @@ from flashgnn.benchmarking.layers import ModelRow, step_ms
 
 def export(revision: str, dest: Path) -> None:
     """The package of ``revision`` (flashgnn/, kernels/, models/) written under ``dest``."""
-    done = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision, "flashgnn", "kernels", "models"],
-                          capture_output=True)
+    done = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", revision, "flashgnn", "kernels", "models"],
+        capture_output=True,
+    )
     if done.returncode:
-        raise SystemExit(f"layers_ab.py: cannot export {revision!r}: {done.stderr.decode().strip()}")
+        raise SystemExit(
+            f"layers_ab.py: cannot export {revision!r}: {done.stderr.decode().strip()}"
+        )
     subprocess.run(["tar", "-x", "-C", str(dest)], input=done.stdout, check=True)
 
 
@@ -48,10 +54,16 @@ def run(root: Path, bench_args: list[str], csv_path: Path) -> list[ModelRow]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--base", required=True, help="git revision of the baseline (e.g. HEAD~1)")
-    p.add_argument("--pairs", type=int, default=2, help="base/checkout runs, alternating (default 2)")
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: arguments of flashgnn bench layers")
+    p.add_argument(
+        "--pairs", type=int, default=2, help="base/checkout runs, alternating (default 2)"
+    )
+    p.add_argument(
+        "bench_args", nargs=argparse.REMAINDER, help="after --: arguments of flashgnn bench layers"
+    )
     args = p.parse_args()
     bench_args = [a for a in args.bench_args if a != "--"]
     if any(a.startswith("--csv") for a in bench_args):

@@ -11,6 +11,7 @@ torch.sparse fp32 (a CSR of the normalised block built every step); the sampling
 
     python benchmarks/minibatch_step.py [--graph powerlaw_products] [--steps 30]
 """
+
 import argparse
 import itertools
 import warnings
@@ -45,7 +46,9 @@ class SparseGCN(torch.nn.Module):
             d_in = block.in_degrees().clamp(min=1).float().rsqrt()
             d_out = block.out_degrees().clamp(min=1).float().rsqrt()
             norm = d_in[block.dst_of_csr()] * d_out[block.indices]
-            a = torch.sparse_csr_tensor(block.indptr, block.indices, norm, (block.num_dst_nodes, block.num_src_nodes))
+            a = torch.sparse_csr_tensor(
+                block.indptr, block.indices, norm, (block.num_dst_nodes, block.num_src_nodes)
+            )
             h = torch.sparse.mm(a, h @ layer.weight) + layer.bias
             if layer.activation is not None:
                 h = layer.activation(h)
@@ -53,21 +56,28 @@ class SparseGCN(torch.nn.Module):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--graph", default="powerlaw_products")
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
     device = torch.device("cuda")
     g = load_graph(args.graph, data_dir(), 1, DEFAULT_CACHE_DIR)
-    graph = Graph(torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device),
-                  g.num_nodes).add_self_loops()
+    graph = Graph(
+        torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device), g.num_nodes
+    ).add_self_loops()
     del g
     gen = torch.Generator(device).manual_seed(0)
     x = torch.randn(graph.num_nodes, FEATURES, device=device, generator=gen)
     y = torch.randint(0, CLASSES, (graph.num_nodes,), device=device, generator=gen)
     sampler = NeighborSampler(graph, FANOUTS)
-    batches = itertools.cycle([torch.randperm(graph.num_nodes, device=device, generator=gen)[:BATCH]
-                               for _ in range(args.steps)])
+    batches = itertools.cycle(
+        [
+            torch.randperm(graph.num_nodes, device=device, generator=gen)[:BATCH]
+            for _ in range(args.steps)
+        ]
+    )
     gcn = GCN(FEATURES, HIDDEN, CLASSES, num_layers=len(FANOUTS)).to(device)
     optimizer = make_optimizer(gcn.parameters(), 0.01, 0.0, device)
 
@@ -76,26 +86,33 @@ def main() -> None:
 
         def run():
             input_nodes, blocks = blocks_of()
-            seeds = input_nodes[:blocks[-1].num_dst_nodes]  # a block's destinations come first
+            seeds = input_nodes[: blocks[-1].num_dst_nodes]  # a block's destinations come first
             optimizer.zero_grad(set_to_none=True)
             with precision_scope(precision, device):
                 loss = F.cross_entropy(model(blocks, x[input_nodes]).float(), y[seeds])
                 scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+
         return run
 
     def new():
         return sampler.sample(next(batches))
+
     prepared = itertools.cycle([new() for _ in range(5)])
-    rows = [("sampling alone", new),
-            ("flashgnn fp32, new blocks", step(gcn, "fp32", new)),
-            ("flashgnn fp16, new blocks", step(gcn, "fp16", new)),
-            ("flashgnn fp16, prepared blocks", step(gcn, "fp16", lambda: next(prepared))),
-            ("torch.sparse fp32, new blocks", step(SparseGCN(gcn), "fp32", new))]
+    rows = [
+        ("sampling alone", new),
+        ("flashgnn fp32, new blocks", step(gcn, "fp32", new)),
+        ("flashgnn fp16, new blocks", step(gcn, "fp16", new)),
+        ("flashgnn fp16, prepared blocks", step(gcn, "fp16", lambda: next(prepared))),
+        ("torch.sparse fp32, new blocks", step(SparseGCN(gcn), "fp32", new)),
+    ]
     input_nodes, blocks = new()
-    print(f"{args.graph}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; blocks (src -> dst, edges): "
-          + ", ".join(f"{b.num_src_nodes:,} -> {b.num_dst_nodes:,} ({b.num_edges:,})" for b in blocks))
+    print(
+        f"{args.graph}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; blocks (src -> "
+        f"dst, edges): "
+        + ", ".join(f"{b.num_src_nodes:,} -> {b.num_dst_nodes:,} ({b.num_edges:,})" for b in blocks)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.sparse's beta warnings
         for name, fn in rows:

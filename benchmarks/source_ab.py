@@ -14,13 +14,14 @@ A version's SpMM must take the launch the checkout's launcher makes (spmm.py): i
 ``:flat`` after its path (``old.cu:flat``) and gets the same blocks in one dimension.
 ``--seg-vectors`` fixes the SDDMM's segment length on every graph (its launcher picks 32 or 64).
 """
+
 import argparse
 import sys
 from pathlib import Path
 
 import common  # puts the checkout on sys.path
-from common import FileSource
 import torch
+from common import FileSource
 
 from flashgnn._cuda import sddmm as sddmm_launcher
 from flashgnn._cuda import spmm as spmm_launcher
@@ -36,9 +37,15 @@ def instantiations(op: str, precision: str) -> list[str]:
     """The op's kernels in ``precision`` that a launch without GAT can take."""
     if op == "spmm":
         tag = spmm_launcher.TAG[STORAGE[precision]]
-        prefix = f"fg::spmm_tc<{spmm_launcher._PRECISION_ID[precision]}, {block_width(precision)}, {tag}, "
-        return [n for n in spmm_launcher.SOURCE.name_expressions
-                if (n.startswith(prefix) and "GAT" not in n) or n == f"fg::spmm_reduce<{tag}>"]
+        prefix = (
+            f"fg::spmm_tc<{spmm_launcher._PRECISION_ID[precision]}, "
+            f"{block_width(precision)}, {tag}, "
+        )
+        return [
+            n
+            for n in spmm_launcher.SOURCE.name_expressions
+            if (n.startswith(prefix) and "GAT" not in n) or n == f"fg::spmm_reduce<{tag}>"
+        ]
     prefix = f"fg::sddmm_kernel<{sddmm_launcher._PRECISION_INDEX[precision]}, "
     return [n for n in sddmm_launcher.SOURCE.name_expressions if n.startswith(prefix)]
 
@@ -50,7 +57,13 @@ def versions(spec: str, op: str, precision: str) -> list[tuple[str, FileSource, 
         path, _, flag = item.partition(":")
         if flag not in ("", "flat"):
             raise SystemExit(f"source_ab: a version is PATH or PATH:flat, got {item!r}")
-        found.append((path, FileSource(f"{op}.cu", instantiations(op, precision), Path(path)), flag == "flat"))
+        found.append(
+            (
+                path,
+                FileSource(f"{op}.cu", instantiations(op, precision), Path(path)),
+                flag == "flat",
+            )
+        )
     if len(found) < 2:
         raise SystemExit("source_ab: give at least two versions")
     return found
@@ -64,20 +77,30 @@ def launching(launcher, source: FileSource, flat_grid: bool):
         if flat_grid and len(grid) == 2:
             grid = (grid[0] * grid[1],)
         return real(source, name, device, grid, *args, **kwargs)
+
     return real, launch
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
-    p.add_argument("--versions", required=True, help="comma list of source files, each PATH or PATH:flat")
+    p.add_argument(
+        "--versions", required=True, help="comma list of source files, each PATH or PATH:flat"
+    )
     p.add_argument("--graphs", default="real")
     p.add_argument("--sizes", default="32,128", help="N (SpMM) or K (SDDMM)")
     p.add_argument("--precision", choices=("fp16", "bf16", "tf32"), default="fp16")
     p.add_argument("--timer", choices=TIMERS, default="back-to-back")
     p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--seg-vectors", type=int, default=None,
-                   help="SDDMM: vectors per segment for every graph instead of the launcher's rule (seg_vectors)")
+    p.add_argument(
+        "--seg-vectors",
+        type=int,
+        default=None,
+        help="SDDMM: vectors per segment for every graph instead of the launcher's rule "
+        "(seg_vectors)",
+    )
     args = p.parse_args()
     if args.seg_vectors is not None:
         if args.op != "sddmm" or args.seg_vectors < 1:
@@ -101,16 +124,27 @@ def main() -> int:
                 xs = x.to(STORAGE[args.precision])
 
                 def call():
-                    return spmm_launcher.spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows,
-                                                          k, args.precision, xs.dtype)
+                    return spmm_launcher.spmm_tensor_core(
+                        a.row_ptr,
+                        a.col_idx,
+                        a.vec_mask,
+                        a.values,
+                        xs,
+                        a.n_rows,
+                        k,
+                        args.precision,
+                        xs.dtype,
+                    )
             else:
                 y = torch.randn(g.num_nodes, size, generator=gen, device=device)
                 base = timer(lambda: torch.sparse.sampled_addmm(csr, x, y.t(), beta=0.0)).ms
                 xs, ys = x.to(STORAGE[args.precision]), y.to(STORAGE[args.precision])
 
                 def call():
-                    return sddmm_launcher.sddmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, xs, ys, k,
-                                                            args.precision)
+                    return sddmm_launcher.sddmm_tensor_core(
+                        a.row_ptr, a.col_idx, a.vec_mask, xs, ys, k, args.precision
+                    )
+
             times, first = [], None
             for label, source, flat in found:
                 real, replacement = launching(launcher, source, flat)
@@ -124,18 +158,44 @@ def main() -> int:
                     first = out
                 elif not torch.equal(out, first):
                     mismatches += 1
-                    print(f"MISMATCH {name} size {size} {label}: {(out != first).sum().item()} elements", flush=True)
-            rows.append([name, str(g.nnz), str(size), f"{base * 1e3:.2f}", *(f"{t * 1e3:.2f}" for t in times),
-                         *(f"{base / t:.2f}" for t in times)])
+                    print(
+                        f"MISMATCH {name} size {size} {label}: {(out != first).sum().item()} "
+                        f"elements",
+                        flush=True,
+                    )
+            rows.append(
+                [
+                    name,
+                    str(g.nnz),
+                    str(size),
+                    f"{base * 1e3:.2f}",
+                    *(f"{t * 1e3:.2f}" for t in times),
+                    *(f"{base / t:.2f}" for t in times),
+                ]
+            )
             print("  ".join(map(str, rows[-1])), flush=True)
     labels = [label for label, _, _ in found]
     n = len(labels)
-    print(table.text_table(["graph", "nnz", "size", "cuSPARSE us", *(f"us {i}" for i in range(n)),
-                            *(f"x {i}" for i in range(n))], rows))
+    print(
+        table.text_table(
+            [
+                "graph",
+                "nnz",
+                "size",
+                "cuSPARSE us",
+                *(f"us {i}" for i in range(n)),
+                *(f"x {i}" for i in range(n)),
+            ],
+            rows,
+        )
+    )
     for size in sorted({r[2] for r in rows}, key=int):
         sel = [r for r in rows if r[2] == size]
         means = [table.geomean([float(r[4 + n + i]) for r in sel]) for i in range(n)]
-        print(f"size {size}: geomean x over cuSPARSE " + ", ".join(f"{labels[i]} {means[i]:.3f}" for i in range(n)))
+        print(
+            f"size {size}: geomean x over cuSPARSE "
+            + ", ".join(f"{labels[i]} {means[i]:.3f}" for i in range(n))
+        )
     print(f"bit mismatches: {mismatches}")
     return 1 if mismatches else 0
 

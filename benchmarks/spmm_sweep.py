@@ -13,6 +13,7 @@ kernel: the floor of any one-launch op under the timer.
         --precisions fp16,tf32 --seg 64,128 --ways 1,2 --fuse 0,16 --features 4,8 [--csv out.csv]
     python benchmarks/spmm_sweep.py --precisions fp32 --sizes 32,128,256 --seg 0,64 --lanes 0,16
 """
+
 import argparse
 import sys
 
@@ -38,26 +39,75 @@ def variants(a, xs, k: int, precision: str, args):
     """(seg, ways or lanes, fuse, features, call) of every configuration to time."""
     if precision == "fp32":
         for seg, lanes in [(s_, l_) for s_ in ints(args.seg) for l_ in ints(args.lanes)]:
-            yield seg, lanes, "-", "-", lambda seg=seg, lanes=lanes: spmm_fp32(
-                a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows, k, seg_vectors=seg or None,
-                lanes=lanes or None)
+            yield (
+                seg,
+                lanes,
+                "-",
+                "-",
+                lambda seg=seg, lanes=lanes: spmm_fp32(
+                    a.row_ptr,
+                    a.col_idx,
+                    a.vec_mask,
+                    a.values,
+                    xs,
+                    a.n_rows,
+                    k,
+                    seg_vectors=seg or None,
+                    lanes=lanes or None,
+                ),
+            )
         return
-    for seg, ways, fuse, features in [(s_, w_, f_, lf) for s_ in ints(args.seg) for w_ in ints(args.ways)
-                                      for f_ in ints(args.fuse) for lf in ints(args.features)]:
-        yield seg, ways, fuse, features, lambda seg=seg, ways=ways, fuse=fuse, features=features: spmm_tensor_core(
-            a.row_ptr, a.col_idx, a.vec_mask, a.values, xs, a.n_rows, k, precision, xs.dtype,
-            seg_vectors=seg or None, fuse_max_parts=fuse, features=features or None, ways=ways or None)
+    for seg, ways, fuse, features in [
+        (s_, w_, f_, lf)
+        for s_ in ints(args.seg)
+        for w_ in ints(args.ways)
+        for f_ in ints(args.fuse)
+        for lf in ints(args.features)
+    ]:
+        yield (
+            seg,
+            ways,
+            fuse,
+            features,
+            lambda seg=seg, ways=ways, fuse=fuse, features=features: spmm_tensor_core(
+                a.row_ptr,
+                a.col_idx,
+                a.vec_mask,
+                a.values,
+                xs,
+                a.n_rows,
+                k,
+                precision,
+                xs.dtype,
+                seg_vectors=seg or None,
+                fuse_max_parts=fuse,
+                features=features or None,
+                ways=ways or None,
+            ),
+        )
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--graphs", default="real")
     p.add_argument("--sizes", default="32,128")
     p.add_argument("--precisions", default="fp16,tf32")
     p.add_argument("--seg", default="0", help="segment lengths in vectors; 0 = the tuned default")
-    p.add_argument("--fuse", default=str(FUSE_MAX_PARTS), help="fuse_max_parts values (default: the launcher's)")
-    p.add_argument("--features", default="0", help="features per lane and vector (4, 8); 0 = the default")
-    p.add_argument("--ways", default="0", help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default")
+    p.add_argument(
+        "--fuse",
+        default=str(FUSE_MAX_PARTS),
+        help="fuse_max_parts values (default: the launcher's)",
+    )
+    p.add_argument(
+        "--features", default="0", help="features per lane and vector (4, 8); 0 = the default"
+    )
+    p.add_argument(
+        "--ways",
+        default="0",
+        help="runs each segment's vectors are cut into (1, 2, 4); 0 = the default",
+    )
     p.add_argument("--lanes", default="0", help="fp32: lanes per vector (1 to 32); 0 = the default")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--timer", choices=TIMERS, default="cold")
@@ -79,24 +129,50 @@ def main() -> int:
             for precision in args.precisions.split(","):
                 k = block_width(precision)
                 if k not in formats:
-                    formats[k] = MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes, k=k, device=device)
+                    formats[k] = MEBCRS.from_csr(
+                        indptr, indices, values, n_cols=g.num_nodes, k=k, device=device
+                    )
                 a = formats[k]
                 xs = x.to(STORAGE[precision])
                 for seg, ways, fuse, features, call in variants(a, xs, k, precision, args):
                     m = timer(call)
                     key = (seg, ways)  # fp32: each variant sums in its own order
-                    same = precision == "fp32" or key not in first or torch.equal(m.result, first[key])
+                    same = (
+                        precision == "fp32" or key not in first or torch.equal(m.result, first[key])
+                    )
                     first.setdefault(key, m.result)
                     mismatches += not same
-                    row = [g.name, g.nnz, n, precision, seg or "default", ways or "default", fuse,
-                           features or "default",
-                           f"{m.ms * 1e3:.1f}", f"{base * 1e3:.1f}", f"{base / m.ms:.2f}",
-                           "" if same else "MISMATCH"]
+                    row = [
+                        g.name,
+                        g.nnz,
+                        n,
+                        precision,
+                        seg or "default",
+                        ways or "default",
+                        fuse,
+                        features or "default",
+                        f"{m.ms * 1e3:.1f}",
+                        f"{base * 1e3:.1f}",
+                        f"{base / m.ms:.2f}",
+                        "" if same else "MISMATCH",
+                    ]
                     rows.append(row)
                     print("  ".join(map(str, row)), flush=True)
                 first.clear()
-    header = ["graph", "nnz", "N", "precision", "seg", "ways|lanes", "fuse", "features", "us", "cusparse us", "x",
-              "bits"]  # fp32 rows: lanes per vector, no fuse or features
+    header = [
+        "graph",
+        "nnz",
+        "N",
+        "precision",
+        "seg",
+        "ways|lanes",
+        "fuse",
+        "features",
+        "us",
+        "cusparse us",
+        "x",
+        "bits",
+    ]  # fp32 rows: lanes per vector, no fuse or features
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(",".join(header) + "\n")
@@ -106,8 +182,12 @@ def main() -> int:
     for r in rows:
         keys.setdefault(tuple(r[2:8]), []).append(float(r[10]))
     summary = [[*map(str, k), str(len(v)), f"{table.geomean(v):.2f}"] for k, v in keys.items()]
-    print(table.text_table(["N", "precision", "seg", "ways|lanes", "fuse", "features", "graphs", "geomean x"],
-                           summary))
+    print(
+        table.text_table(
+            ["N", "precision", "seg", "ways|lanes", "fuse", "features", "graphs", "geomean x"],
+            summary,
+        )
+    )
     print(f"empty kernel: {floor * 1e3:.1f} us; bit mismatches: {mismatches}")
     return 1 if mismatches else 0
 

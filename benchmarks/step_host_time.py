@@ -8,6 +8,7 @@ backward, the hand-back.
 
     python benchmarks/step_host_time.py --graph musae_github --steps 150
 """
+
 import argparse
 import importlib
 
@@ -24,7 +25,10 @@ from flashgnn.training.precision import precision_scope
 
 MARKS = HostMarks()
 mark = MARKS.mark
-NODES = {"GCNConv": ("flashgnn.ops.graph_conv", "_GraphConv"), "AGNNConv": ("flashgnn.ops.agnn", "_Propagate")}
+NODES = {
+    "GCNConv": ("flashgnn.ops.graph_conv", "_GraphConv"),
+    "AGNNConv": ("flashgnn.ops.agnn", "_Propagate"),
+}
 
 
 def marked(node: type) -> None:
@@ -47,27 +51,41 @@ def marked(node: type) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--graph", default="musae_github")
-    p.add_argument("--steps", type=int, default=150, help="timed steps, in 10 bursts behind a GPU sleep")
+    p.add_argument(
+        "--steps", type=int, default=150, help="timed steps, in 10 bursts behind a GPU sleep"
+    )
     args = p.parse_args()
     for module, name in NODES.values():
         marked(getattr(importlib.import_module(module), name))
     device = torch.device("cuda")
     g = load_graph(args.graph, data_dir())
-    graph = Graph(torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device), g.num_nodes)
+    graph = Graph(
+        torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device), g.num_nodes
+    )
     graph = prepare_graph(graph.add_self_loops(), False, device, 8)
-    pieces = [("scope in", "step", "scope entered"), ("layer", "scope entered", "forward"),
-              ("forward", "forward", "forward done"), ("to backward", "layer done", "backward"),
-              ("backward", "backward", "backward done"), ("back", "backward done", "grad done"),
-              ("scope out", "grad done", "step done")]
+    pieces = [
+        ("scope in", "step", "scope entered"),
+        ("layer", "scope entered", "forward"),
+        ("forward", "forward", "forward done"),
+        ("to backward", "layer done", "backward"),
+        ("backward", "backward", "backward done"),
+        ("back", "backward done", "grad done"),
+        ("scope out", "grad done", "step done"),
+    ]
     print(f"{'layer':9} {'prec':5} {'step us':>8} " + " ".join(f"{p[0]:>11}" for p in pieces))
     for layer_name, features in (("GCNConv", 128), ("AGNNConv", 32)):
-        layer = (fnn.GCNConv(features, features) if layer_name == "GCNConv" else fnn.AGNNConv()).to(device)
+        layer = (fnn.GCNConv(features, features) if layer_name == "GCNConv" else fnn.AGNNConv()).to(
+            device
+        )
         x = torch.randn(graph.num_nodes, features, device=device, requires_grad=True)
         proj = torch.randn(graph.num_nodes, features, device=device)
         inputs = [x, *layer.parameters()]
         for precision in ("fp32", "fp16"):
+
             def step():
                 mark("step")
                 with precision_scope(precision, device):
@@ -87,8 +105,11 @@ def main() -> None:
                 for _ in range(-(-args.steps // 10)):
                     step()
                 torch.cuda.synchronize()
-            print(f"{layer_name:9} {precision:5} {MARKS.span_us('step', 'step done'):8.1f} "
-                  + " ".join(f"{MARKS.span_us(a, b):11.1f}" for _, a, b in pieces), flush=True)
+            print(
+                f"{layer_name:9} {precision:5} {MARKS.span_us('step', 'step done'):8.1f} "
+                + " ".join(f"{MARKS.span_us(a, b):11.1f}" for _, a, b in pieces),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

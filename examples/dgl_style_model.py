@@ -9,6 +9,7 @@ graph when it is absent; then the GCN again on mini-batches of sampled blocks, a
 
     python examples/dgl_style_model.py [--epochs 30] [--precision fp16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ class TinyDGLGraph:
     """Edges src[i] -> dst[i] with id i, exposed through the part of DGLGraph's API flashgnn
     reads; `adj_tensors('csc')` groups the in-edges of each node and gives their ids."""
 
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, num_dst: int | None = None):
+    def __init__(
+        self, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, num_dst: int | None = None
+    ):
         self.src, self.dst = src, dst
         self.n_src, self.n_dst = num_nodes, num_nodes if num_dst is None else num_dst
         self.device = src.device
@@ -69,7 +72,9 @@ def sample_blocks(g: TinyDGLGraph, seeds: torch.Tensor, fanouts: list[int]):
         is_dst = torch.zeros(g.n_dst, dtype=torch.bool)
         is_dst[seeds] = True
         edges = is_dst[g.dst].nonzero()[:, 0]
-        edges = edges[torch.randperm(edges.numel())]  # keep a random `fanout` of each seed's in-edges
+        edges = edges[
+            torch.randperm(edges.numel())
+        ]  # keep a random `fanout` of each seed's in-edges
         rank = torch.zeros_like(edges)
         order = torch.sort(g.dst[edges], stable=True)
         starts = torch.searchsorted(order.values, order.values)
@@ -79,8 +84,12 @@ def sample_blocks(g: TinyDGLGraph, seeds: torch.Tensor, fanouts: list[int]):
         local[seeds] = torch.arange(seeds.numel())
         new = torch.unique(g.src[edges][local[g.src[edges]] < 0])
         local[new] = torch.arange(seeds.numel(), seeds.numel() + new.numel())
-        blocks.insert(0, TinyDGLGraph(local[g.src[edges]], local[g.dst[edges]], seeds.numel() + new.numel(),
-                                      seeds.numel()))
+        blocks.insert(
+            0,
+            TinyDGLGraph(
+                local[g.src[edges]], local[g.dst[edges]], seeds.numel() + new.numel(), seeds.numel()
+            ),
+        )
         seeds = torch.cat([seeds, new])
     return seeds, blocks
 
@@ -107,7 +116,9 @@ class GCN(nn.Module):
 class GAT(nn.Module):
     def __init__(self, in_feats, hidden, classes, heads=2):
         super().__init__()
-        self.conv1 = GATConv(in_feats, hidden, heads, feat_drop=0.6, attn_drop=0.6, activation=F.elu)
+        self.conv1 = GATConv(
+            in_feats, hidden, heads, feat_drop=0.6, attn_drop=0.6, activation=F.elu
+        )
         self.conv2 = GATConv(hidden * heads, classes, 1, feat_drop=0.6, attn_drop=0.6)
 
     def forward(self, g, feat):
@@ -116,22 +127,35 @@ class GAT(nn.Module):
 
 
 def load_data():
-    root = Path(os.environ.get("FLASHGNN_DATA") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    root = Path(
+        os.environ.get("FLASHGNN_DATA")
+        or Path(__file__).resolve().parents[2] / "shared" / "datasets"
+    )
     path = root / "cora.npz"
     if path.is_file():
         with np.load(path) as d:
             n = int(d["num_nodes"])
             dst = np.repeat(np.arange(n), np.diff(d["indptr"]))  # symmetric: rows serve as dst
             src = d["indices"].astype(np.int64)
-            return ("cora", torch.from_numpy(src), torch.from_numpy(dst), n,
-                    torch.from_numpy(d["x"].astype(np.float32)), torch.from_numpy(d["y"]),
-                    torch.from_numpy(d["train_mask"]), torch.from_numpy(d["test_mask"]))
+            return (
+                "cora",
+                torch.from_numpy(src),
+                torch.from_numpy(dst),
+                n,
+                torch.from_numpy(d["x"].astype(np.float32)),
+                torch.from_numpy(d["y"]),
+                torch.from_numpy(d["train_mask"]),
+                torch.from_numpy(d["test_mask"]),
+            )
     gen = torch.Generator().manual_seed(0)
     n, classes = 500, 4
     y = torch.randint(0, classes, (n,), generator=gen)
     src, dst = torch.randint(0, n, (2, 6 * n), generator=gen)
     keep = (y[src] == y[dst]) & (src != dst)
-    pairs = torch.unique(torch.cat([torch.stack([src[keep], dst[keep]]), torch.stack([dst[keep], src[keep]])], 1), dim=1)
+    pairs = torch.unique(
+        torch.cat([torch.stack([src[keep], dst[keep]]), torch.stack([dst[keep], src[keep]])], 1),
+        dim=1,
+    )
     x = torch.randn(n, 16, generator=gen) + torch.randn(classes, 16, generator=gen)[y] * 0.5
     train = torch.rand(n, generator=gen) < 0.3
     return "random", pairs[0], pairs[1], n, x, y, train, ~train
@@ -162,7 +186,10 @@ def main() -> None:
     name, src, dst, n, x, y, train, test = load_data()
     g = TinyDGLGraph(*add_self_loop(src, dst, n), n)
     classes = int(y.max()) + 1
-    print(f"{name}: {n} nodes, {g.num_edges()} edges with self-loops, {x.shape[1]} features, {classes} classes")
+    print(
+        f"{name}: {n} nodes, {g.num_edges()} edges with self-loops, {x.shape[1]} features, "
+        f"{classes} classes"
+    )
     for model in (GCN(x.shape[1], 16, classes), GAT(x.shape[1], 8, classes)):
         opt = torch.optim.Adam(model.parameters(), lr=0.02, weight_decay=5e-4)
         start = time.perf_counter()
@@ -170,8 +197,11 @@ def main() -> None:
             for _ in range(args.epochs):
                 loss = train_step(model, opt, g, x, train, y[train])
             acc = accuracy(model, g, x, y, test)
-        print(f"{type(model).__name__} ({args.precision}): loss {loss.item():.3f}, test accuracy {acc:.3f} "
-              f"after {args.epochs} epochs, {time.perf_counter() - start:.1f} s")
+        print(
+            f"{type(model).__name__} ({args.precision}): loss {loss.item():.3f}, test accuracy "
+            f"{acc:.3f} "
+            f"after {args.epochs} epochs, {time.perf_counter() - start:.1f} s"
+        )
 
     # mini-batches: 2-hop blocks of up to 10 then 5 neighbours around 64 training nodes at a time
     model = GCN(x.shape[1], 16, classes)
@@ -183,8 +213,11 @@ def main() -> None:
                 input_nodes, blocks = sample_blocks(g, seeds, [10, 5])
                 loss = train_step(model, opt, blocks, x[input_nodes], slice(None), y[seeds])
         acc = accuracy(model, g, x, y, test)
-    print(f"GCN on sampled blocks ({args.precision}): loss {loss.item():.3f}, test accuracy {acc:.3f} "
-          f"(full-graph inference), {time.perf_counter() - start:.1f} s")
+    print(
+        f"GCN on sampled blocks ({args.precision}): loss {loss.item():.3f}, test accuracy "
+        f"{acc:.3f} "
+        f"(full-graph inference), {time.perf_counter() - start:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Train AGNN (attention-based propagation) on cora with flashgnn; any config of configs/ works.
 
-    python examples/train_agnn.py                                   # configs/agnn-cora.yaml
-    python examples/train_agnn.py --config configs/agnn-citeseer.yaml train.precision=fp16
-    python examples/train_agnn.py --resume runs/<run folder> train.epochs=400
+python examples/train_agnn.py                                   # configs/agnn-cora.yaml
+python examples/train_agnn.py --config configs/agnn-citeseer.yaml train.precision=fp16
+python examples/train_agnn.py --resume runs/<run folder> train.epochs=400
 """
+
 import sys
 from pathlib import Path
 

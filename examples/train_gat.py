@@ -1,9 +1,10 @@
 """Train GAT (graph attention) on cora with flashgnn; any config of configs/ works.
 
-    python examples/train_gat.py                                   # configs/gat-cora.yaml
-    python examples/train_gat.py --config configs/gat-citeseer.yaml train.precision=fp16
-    python examples/train_gat.py --resume runs/<run folder> train.epochs=400
+python examples/train_gat.py                                   # configs/gat-cora.yaml
+python examples/train_gat.py --config configs/gat-citeseer.yaml train.precision=fp16
+python examples/train_gat.py --resume runs/<run folder> train.epochs=400
 """
+
 import sys
 from pathlib import Path
 

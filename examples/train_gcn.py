@@ -1,9 +1,10 @@
 """Train GCN (Kipf & Welling) on cora with flashgnn; any config of configs/ works.
 
-    python examples/train_gcn.py                                   # configs/gcn-cora.yaml
-    python examples/train_gcn.py --config configs/gcn-citeseer.yaml train.precision=fp16
-    python examples/train_gcn.py --resume runs/<run folder> train.epochs=400
+python examples/train_gcn.py                                   # configs/gcn-cora.yaml
+python examples/train_gcn.py --config configs/gcn-citeseer.yaml train.precision=fp16
+python examples/train_gcn.py --resume runs/<run folder> train.epochs=400
 """
+
 import sys
 from pathlib import Path
 

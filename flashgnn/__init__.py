@@ -1,4 +1,5 @@
 """flashgnn: graph neural networks on tensor cores (FlashSparse ME-BCRS kernels)."""
+
 from . import nn, ops
 from .format import MEBCRS
 from .graph import Graph
@@ -7,7 +8,16 @@ from .sampling import NeighborSampler
 
 __version__ = "0.1.0"
 
-__all__ = ["MEBCRS", "Graph", "NeighborSampler", "nn", "ops", "precision", "get_precision", "__version__"]
+__all__ = [
+    "MEBCRS",
+    "Graph",
+    "NeighborSampler",
+    "nn",
+    "ops",
+    "precision",
+    "get_precision",
+    "__version__",
+]
 
 
 def _expose_source_tree_models() -> None:
@@ -29,7 +39,8 @@ def _expose_source_tree_models() -> None:
             if fullname != __name__ + ".models":
                 return None
             return importlib.util.spec_from_file_location(
-                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
+                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
 
     sys.meta_path.append(_ModelsFinder())
 

@@ -1,12 +1,13 @@
 """The private torch APIs flashgnn relies on, each behind one function, where no public API
-does the job. ``tests/test_torch_private.py`` checks each against the installed torch, so that
+does the job. ``tests/cuda/test_torch_private.py`` checks each against the installed torch, so that
 a torch that changes or drops one fails there, by name, rather than deep inside a layer or a
 benchmark.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -23,9 +24,11 @@ def storage_use_counter(storage: torch.UntypedStorage) -> Callable[[], int]:
     the counter is on it) and is valid while ``storage`` lives: keep it."""
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None:
-        raise RuntimeError(f"torch {torch.__version__} has no torch._C._storage_Use_Count: "
-                           "flashgnn cannot tell whether a replayed layer's buffers are held "
-                           "elsewhere")
+        raise RuntimeError(
+            f"torch {torch.__version__} has no torch._C._storage_Use_Count: "
+            "flashgnn cannot tell whether a replayed layer's buffers are held "
+            "elsewhere"
+        )
     return functools.partial(count, storage._cdata)
 
 

@@ -2,6 +2,7 @@
 with ``add_arguments(parser)`` and ``run(args) -> int``. Every benchmark but ``report`` also
 takes ``--results DIR``: its CSV and stamp go to ``DIR/<gpu>/<benchmark>.csv``
 (``benchmarking/results.py``), where ``flashgnn bench report --results DIR`` finds them."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,12 +13,27 @@ from .benchmarking import results
 
 BENCHMARKS = {
     "kernels": ("flashgnn.benchmarking.kernels", "SpMM and SDDMM on ME-BCRS against cuSPARSE"),
-    "layers": ("flashgnn.benchmarking.layers", "one GCN and one AGNN layer, forward + backward, against PyG"),
-    "training": ("flashgnn.benchmarking.training", "epoch time and memory of GCN and AGNN training against PyG"),
-    "ablation": ("flashgnn.benchmarking.ablation", "8x1 ME-BCRS against the 16x1 baseline: ms, MMAs, bytes"),
-    "e2e": ("flashgnn.benchmarking.end_to_end",
-            "training epochs of GCN, AGNN and GAT on real and generated graphs against PyG and torch.sparse"),
-    "report": ("flashgnn.benchmarking.report", "Markdown tables and PNG plots from the benchmarks' CSV files"),
+    "layers": (
+        "flashgnn.benchmarking.layers",
+        "one GCN and one AGNN layer, forward + backward, against PyG",
+    ),
+    "training": (
+        "flashgnn.benchmarking.training",
+        "epoch time and memory of GCN and AGNN training against PyG",
+    ),
+    "ablation": (
+        "flashgnn.benchmarking.ablation",
+        "8x1 ME-BCRS against the 16x1 baseline: ms, MMAs, bytes",
+    ),
+    "e2e": (
+        "flashgnn.benchmarking.end_to_end",
+        "training epochs of GCN, AGNN and GAT on real and generated graphs against PyG and "
+        "torch.sparse",
+    ),
+    "report": (
+        "flashgnn.benchmarking.report",
+        "Markdown tables and PNG plots from the benchmarks' CSV files",
+    ),
 }
 
 
@@ -25,13 +41,21 @@ def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="benchmark", required=True)
     for name, (module, help_text) in BENCHMARKS.items():
         mod = importlib.import_module(module)
-        b = sub.add_parser(name, help=help_text, description=mod.__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        b = sub.add_parser(
+            name,
+            help=help_text,
+            description=mod.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         b.set_defaults(_benchmark_module=module)
         mod.add_arguments(b)
         if name != "report":
-            b.add_argument("--results", type=Path, help="write the CSV and its stamp to "
-                           "RESULTS/<gpu>/<benchmark>.csv (instead of --csv)")
+            b.add_argument(
+                "--results",
+                type=Path,
+                help="write the CSV and its stamp to "
+                "RESULTS/<gpu>/<benchmark>.csv (instead of --csv)",
+            )
 
 
 def run(args) -> int:

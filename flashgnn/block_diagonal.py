@@ -7,6 +7,7 @@ every copy are A's windows. The value layout of the result is the copies' layout
 the other: values [copies, 8 * n_vectors(A)] flattened, slot s of copy h at h * 8 * n_vectors + s.
 Dense operands are head-major: [copies * C, F], rows h * C .. h * C + n_cols - 1 for head h
 (the padding rows are never read by a product, and come out 0)."""
+
 from __future__ import annotations
 
 import torch
@@ -31,13 +32,18 @@ def block_diagonal(a: MEBCRS, copies: int, with_values: bool = True) -> MEBCRS:
         raise ValueError(f"copies must be >= 1, got {copies}")
     rows, cols = padded(a.n_rows), padded(a.n_cols)
     if copies * max(rows, cols) > _INT32_MAX:
-        raise ValueError(f"{copies} copies of a {a.n_rows} x {a.n_cols} matrix overflow the int32 column "
-                         "indices of ME-BCRS")
+        raise ValueError(
+            f"{copies} copies of a {a.n_rows} x {a.n_cols} matrix overflow the int32 column "
+            "indices of ME-BCRS"
+        )
     t = a.transpose()
     out = _repeat(a, copies, rows, cols, with_values)
     shift = torch.arange(copies, device=a.device)[:, None] * a.n_slots
-    out._transpose = Transpose(_repeat(t.fmt, copies, cols, rows, with_values),
-                               (t.src_slot[None, :] + shift).flatten(), _repeat_indptr(t.indptr, copies, cols))
+    out._transpose = Transpose(
+        _repeat(t.fmt, copies, cols, rows, with_values),
+        (t.src_slot[None, :] + shift).flatten(),
+        _repeat_indptr(t.indptr, copies, cols),
+    )
     return out
 
 
@@ -56,7 +62,9 @@ def _repeat(a: MEBCRS, copies: int, rows: int, cols: int, with_values: bool) -> 
     return MEBCRS(
         row_ptr=torch.cat([row_ptr, row_ptr.new_full((1,), copies * a.n_vectors)]),
         col_idx=(a.col_idx[None, :] + (copy * cols).to(torch.int32)).flatten(),
-        values=a.values.repeat(copies) if with_values else a.values.new_zeros(()).expand(copies * a.n_slots),
+        values=a.values.repeat(copies)
+        if with_values
+        else a.values.new_zeros(()).expand(copies * a.n_slots),
         perm=(a.perm[None, :] + copy * a.n_slots).flatten(),
         vec_mask=a.vec_mask.repeat(copies),
         n_rows=copies * rows,
@@ -74,5 +82,6 @@ def head_major(t: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def node_major(t: torch.Tensor, heads: int, n: int) -> torch.Tensor:
-    """[heads * rows, F] (a ``block_diagonal`` product) -> [n, heads, F], the padding rows dropped."""
+    """[heads * rows, F] (a ``block_diagonal`` product) -> [n, heads, F], the padding rows
+    dropped."""
     return t.view(heads, -1, t.shape[1])[:, :n].transpose(0, 1)

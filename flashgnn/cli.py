@@ -1,5 +1,6 @@
 """The ``flashgnn`` command line. Each subcommand lives in its own module, which provides
 ``add_arguments(parser)`` and ``run(args) -> int``."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,10 @@ SUBCOMMANDS = {
     "demo": ("flashgnn.demo", "run the sparse ops end to end on a generated graph"),
     "bench": ("flashgnn.bench", "benchmarks (kernels: SpMM and SDDMM against cuSPARSE)"),
     "train": ("flashgnn.train", "train a GNN from a YAML config (configs/)"),
-    "compare": ("flashgnn.compare", "train one config under several precisions and tabulate accuracy and time"),
+    "compare": (
+        "flashgnn.compare",
+        "train one config under several precisions and tabulate accuracy and time",
+    ),
 }
 
 

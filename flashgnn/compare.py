@@ -6,6 +6,7 @@ Writes into the output folder: ``runs.csv`` (one row per run), ``compare.csv`` a
 preprocessing time, peak GPU memory) and ``compare.png`` (a bar chart; needs matplotlib,
 ``pip install 'flashgnn[plot]'``), and one run folder per (precision, seed).
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,18 +19,44 @@ from .ops.precision import PRECISIONS
 from .training import apply_overrides, load_config, resolve_config, train
 from .training.loop import load_configured_dataset
 
-RUN_FIELDS = ("precision", "seed", "test", "val", "best_epoch", "epoch_time_s", "preprocess_s",
-              "peak_gpu_memory_mb")
-TABLE_FIELDS = ("precision", "runs", "test_mean", "test_std", "delta_vs_fp32", "epoch_time_ms",
-                "preprocess_s", "peak_gpu_memory_mb")
+RUN_FIELDS = (
+    "precision",
+    "seed",
+    "test",
+    "val",
+    "best_epoch",
+    "epoch_time_s",
+    "preprocess_s",
+    "peak_gpu_memory_mb",
+)
+TABLE_FIELDS = (
+    "precision",
+    "runs",
+    "test_mean",
+    "test_std",
+    "delta_vs_fp32",
+    "epoch_time_ms",
+    "preprocess_s",
+    "peak_gpu_memory_mb",
+)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--config", type=Path, required=True, help="YAML run config (see configs/)")
-    p.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, default all")
-    p.add_argument("--seeds", type=int, default=5, help="runs per precision (seeds train.seed, +1, ...)")
-    p.add_argument("--output", type=Path, help="folder of the table (default: <output.root>/compare-<name>-<time>)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train")
+    p.add_argument(
+        "--precisions", default=",".join(PRECISIONS), help="comma-separated, default all"
+    )
+    p.add_argument(
+        "--seeds", type=int, default=5, help="runs per precision (seeds train.seed, +1, ...)"
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        help="folder of the table (default: <output.root>/compare-<name>-<time>)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train"
+    )
 
 
 def parse_precisions(text: str) -> list[str]:
@@ -53,13 +80,17 @@ def aggregate(runs: list[dict]) -> list[dict]:
     rows = []
     for precision, group in by_precision.items():
         tests = [r["test"] for r in group]
-        rows.append({
-            "precision": precision, "runs": len(group), "test_mean": statistics.fmean(tests),
-            "test_std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
-            "epoch_time_ms": 1000 * statistics.fmean(r["epoch_time_s"] for r in group),
-            "preprocess_s": statistics.fmean(r["preprocess_s"] for r in group),
-            "peak_gpu_memory_mb": _mean(r["peak_gpu_memory_mb"] for r in group),
-        })
+        rows.append(
+            {
+                "precision": precision,
+                "runs": len(group),
+                "test_mean": statistics.fmean(tests),
+                "test_std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
+                "epoch_time_ms": 1000 * statistics.fmean(r["epoch_time_s"] for r in group),
+                "preprocess_s": statistics.fmean(r["preprocess_s"] for r in group),
+                "peak_gpu_memory_mb": _mean(r["peak_gpu_memory_mb"] for r in group),
+            }
+        )
     reference = next((r["test_mean"] for r in rows if r["precision"] == "fp32"), None)
     for row in rows:
         row["delta_vs_fp32"] = None if reference is None else row["test_mean"] - reference
@@ -71,15 +102,22 @@ def _cell(value, digits: int) -> str:
 
 
 def markdown_table(rows: list[dict], metric: str, title: str) -> str:
-    lines = [f"## {title}", "",
-             f"| precision | runs | test {metric} (mean +- std) | vs fp32 | epoch (ms) | preprocessing (s) "
-             "| peak GPU memory (MB) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"## {title}",
+        "",
+        f"| precision | runs | test {metric} (mean +- std) | vs fp32 | epoch (ms) | "
+        f"preprocessing (s) "
+        "| peak GPU memory (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         delta = "" if r["delta_vs_fp32"] is None else f"{100 * r['delta_vs_fp32']:+.2f} pt"
-        lines.append(f"| {r['precision']} | {r['runs']} | {100 * r['test_mean']:.2f} +- {100 * r['test_std']:.2f} "
-                     f"| {delta} | {r['epoch_time_ms']:.2f} | {r['preprocess_s']:.2f} "
-                     f"| {_cell(r['peak_gpu_memory_mb'], 0)} |")
+        lines.append(
+            f"| {r['precision']} | {r['runs']} | {100 * r['test_mean']:.2f} +- "
+            f"{100 * r['test_std']:.2f} "
+            f"| {delta} | {r['epoch_time_ms']:.2f} | {r['preprocess_s']:.2f} "
+            f"| {_cell(r['peak_gpu_memory_mb'], 0)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -99,11 +137,18 @@ def plot(rows: list[dict], metric: str, title: str, path: Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"{path.name} not written: matplotlib is not installed (pip install 'flashgnn[plot]')")
+        print(
+            f"{path.name} not written: matplotlib is not installed (pip install 'flashgnn[plot]')"
+        )
         return None
     names = [r["precision"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    left.bar(names, [100 * r["test_mean"] for r in rows], yerr=[100 * r["test_std"] for r in rows], capsize=4)
+    left.bar(
+        names,
+        [100 * r["test_mean"] for r in rows],
+        yerr=[100 * r["test_std"] for r in rows],
+        capsize=4,
+    )
     left.set_ylabel(f"test {metric} (%)")
     low = min(100 * (r["test_mean"] - r["test_std"]) for r in rows)
     left.set_ylim(max(0.0, low - 5), None)
@@ -131,11 +176,19 @@ def compare(config: dict, precisions: list[str], seeds: int, out_dir: Path) -> l
     for precision in precisions:
         for i in range(seeds):
             seed = cfg["train"]["seed"] + i
-            run_cfg = {**cfg, "train": {**cfg["train"], "precision": precision, "seed": seed},
-                       "output": {**cfg["output"], "dir": str(out_dir / f"{precision}-seed{seed}")}}
+            run_cfg = {
+                **cfg,
+                "train": {**cfg["train"], "precision": precision, "seed": seed},
+                "output": {**cfg["output"], "dir": str(out_dir / f"{precision}-seed{seed}")},
+            }
             summary = train(run_cfg, dataset=dataset, load_seconds=load_seconds)
-            runs.append({"precision": precision, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}})
-            print(f"{precision} seed {seed}: test {summary['test']:.4f}, {1000 * summary['epoch_time_s']:.2f} ms/epoch")
+            runs.append(
+                {"precision": precision, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}}
+            )
+            print(
+                f"{precision} seed {seed}: test {summary['test']:.4f}, "
+                f"{1000 * summary['epoch_time_s']:.2f} ms/epoch"
+            )
     rows = aggregate(runs)
     title = f"{cfg['model']['name']} on {dataset.name}"
     _write_csv(out_dir / "runs.csv", RUN_FIELDS, runs)
@@ -148,7 +201,10 @@ def compare(config: dict, precisions: list[str], seeds: int, out_dir: Path) -> l
 def run(args) -> int:
     config = apply_overrides(load_config(args.config), args.overrides)
     cfg = resolve_config(config)
-    out_dir = args.output or Path(cfg["output"]["root"]) / f"compare-{cfg['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+    out_dir = (
+        args.output
+        or Path(cfg["output"]["root"]) / f"compare-{cfg['name']}-{datetime.now():%Y%m%d-%H%M%S}"
+    )
     compare(config, parse_precisions(args.precisions), args.seeds, out_dir)
     print((out_dir / "compare.md").read_text())
     print(f"tables and runs in {out_dir}")

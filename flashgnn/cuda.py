@@ -1,4 +1,5 @@
 """Command line of the run-time CUDA layer: ``python -m flashgnn.cuda --check``."""
+
 import sys
 
 from ._cuda.check import main

@@ -13,12 +13,14 @@ Nesting: while a thread captures or warms up a capture (``capturing``), a replay
 called inside runs eagerly: the outer graph records its kernels, and graphs of its own would
 only hold memory. A model whose layers replay their kernels is captured whole as it is.
 """
+
 from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -79,8 +81,15 @@ class CaptureError(RuntimeError):
     """A capture failed; ``__cause__`` is torch's error."""
 
 
-def capture(fn: Callable[[], T], device: torch.device, *, warmup: int = 1, what: str = "the step",
-            remedy: str = "", capture_error_mode: str = "global") -> tuple[torch.cuda.CUDAGraph, T]:
+def capture(
+    fn: Callable[[], T],
+    device: torch.device,
+    *,
+    warmup: int = 1,
+    what: str = "the step",
+    remedy: str = "",
+    capture_error_mode: str = "global",
+) -> tuple[torch.cuda.CUDAGraph, T]:
     """(a CUDA graph of ``fn()``'s kernels on ``device``, what ``fn()`` returned: its tensors,
     in the graph's own memory pool, are what each replay writes). Replay the graph on the
     stream that was current here.
@@ -110,7 +119,8 @@ def capture(fn: Callable[[], T], device: torch.device, *, warmup: int = 1, what:
             raise CaptureError(
                 f"capturing {what} in a CUDA graph failed: something in it synchronises with the "
                 "host (.item(), boolean-mask indexing, a host-to-device copy, an optimizer without "
-                f"capturable=True){'; ' + remedy if remedy else ''}. The error was: {e}") from e
+                f"capturable=True){'; ' + remedy if remedy else ''}. The error was: {e}"
+            ) from e
     return graph, result
 
 
@@ -130,7 +140,9 @@ class CudaGraphStep:
 
     def __init__(self, fn: Callable[[], Any], warmup: int = WARMUP_CALLS):
         if warmup < 1:
-            raise ValueError(f"a CUDA graph capture needs at least one eager warm-up call, got warmup={warmup}")
+            raise ValueError(
+                f"a CUDA graph capture needs at least one eager warm-up call, got warmup={warmup}"
+            )
         self.fn, self.warmup = fn, warmup
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.calls = 0
@@ -154,8 +166,12 @@ class CudaGraphStep:
         while self.calls < self.warmup:
             self._eager()
         self.graph, self.outputs = capture(
-            self.fn, self.device, warmup=0, what="the step",
-            remedy="run it without the CUDA graph (flashgnn train: train.cuda_graph=false)")
+            self.fn,
+            self.device,
+            warmup=0,
+            what="the step",
+            remedy="run it without the CUDA graph (flashgnn train: train.cuda_graph=false)",
+        )
         return self
 
     def _eager(self):

@@ -1,5 +1,6 @@
 """``flashgnn demo``: the sparse ops forward and backward on a generated power-law graph,
 checked against scipy in float64."""
+
 from __future__ import annotations
 
 import time
@@ -22,24 +23,33 @@ def add_arguments(p) -> None:
 
 
 def _rel_err(y: torch.Tensor, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(y.detach().double().cpu().numpy() - ref) / max(np.linalg.norm(ref), 1e-300))
+    return float(
+        np.linalg.norm(y.detach().double().cpu().numpy() - ref) / max(np.linalg.norm(ref), 1e-300)
+    )
 
 
 def run(args) -> int:
     rng = np.random.default_rng(args.seed)
     indptr, indices = power_law_csr(args.nodes, int(args.nodes * args.avg_degree), seed=args.seed)
-    a = sp.csr_matrix((rng.standard_normal(indices.size), indices, indptr), shape=(args.nodes, args.nodes))
+    a = sp.csr_matrix(
+        (rng.standard_normal(indices.size), indices, indptr), shape=(args.nodes, args.nodes)
+    )
     device = torch.device(args.device)
     print(f"graph: {a.shape[0]} nodes, {a.nnz} nonzeros, device {device}")
     x = torch.randn(a.shape[1], args.features, generator=torch.Generator().manual_seed(args.seed))
     x_np = x.double().numpy()
     rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     worst = 0.0
-    print(f"{'precision':<9} {'k':>2} {'build s':>8} {'spmm err':>10} {'sddmm err':>10} {'grad err':>10}")
+    print(
+        f"{'precision':<9} {'k':>2} {'build s':>8} {'spmm err':>10} {'sddmm err':>10} "
+        f"{'grad err':>10}"
+    )
     for precision in PRECISIONS:
         k = 4 if precision == "tf32" else 8
         t0 = time.perf_counter()
-        fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data.astype(np.float32), n_cols=a.shape[1], k=k, device=device)
+        fmt = MEBCRS.from_csr(
+            a.indptr, a.indices, a.data.astype(np.float32), n_cols=a.shape[1], k=k, device=device
+        )
         build_s = time.perf_counter() - t0
         xd = x.to(device).clone().requires_grad_()
         y = spmm(fmt, xd, precision)
@@ -54,6 +64,9 @@ def run(args) -> int:
         )
         assert torch.isfinite(p).all()
         worst = max(worst, *errs)
-        print(f"{precision:<9} {k:>2} {build_s:>8.3f} {errs[0]:>10.2e} {errs[1]:>10.2e} {errs[2]:>10.2e}")
+        print(
+            f"{precision:<9} {k:>2} {build_s:>8.3f} {errs[0]:>10.2e} {errs[1]:>10.2e} "
+            f"{errs[2]:>10.2e}"
+        )
     print(f"worst relative error against float64 scipy: {worst:.2e}")
     return 0 if worst < 1e-2 else 1

@@ -15,17 +15,20 @@ values, perm, vec_mask) as docs/FORMAT.md defines them; the format module assemb
 MEBCRS. ``check``, when given, raises a clear error where a device of the type cannot be used
 (the 16x1 format, built with the same torch code everywhere, only checks).
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 # (row_ptr, col_idx, values, perm, vec_mask)
 MebcrsArrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 # (indptr, indices, values, n_cols, k, device) -> MebcrsArrays
-MebcrsBuilder = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, int, torch.device],
-                         MebcrsArrays]
+MebcrsBuilder = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, int, int, torch.device], MebcrsArrays
+]
 
 
 class DeviceBuilder(NamedTuple):
@@ -36,8 +39,11 @@ class DeviceBuilder(NamedTuple):
 _BUILDERS: dict[str, DeviceBuilder] = {}
 
 
-def register_builder(device_type: str, build_mebcrs: MebcrsBuilder,
-                     check: Callable[[torch.device], object] | None = None) -> None:
+def register_builder(
+    device_type: str,
+    build_mebcrs: MebcrsBuilder,
+    check: Callable[[torch.device], object] | None = None,
+) -> None:
     """Build the formats of ``device_type`` devices ("cpu", "cuda") with ``build_mebcrs``,
     after ``check`` (replaces an earlier registration of the type)."""
     _BUILDERS[device_type] = DeviceBuilder(build_mebcrs, check)

@@ -13,6 +13,7 @@ kernel are tested against it. It imports no kernels: ``from_csr`` builds on a de
 the builder registered for the device's type (``flashgnn.device_builders``): the reference
 builder below for the CPU, the GPU builder for CUDA, which ``flashgnn.ops`` registers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,9 @@ def vector_windows(row_ptr: torch.Tensor, n_vectors: int | None = None) -> torch
     """Window of each vector, int64 [n_vectors] (given: no host synchronisation)."""
     n_windows = row_ptr.numel() - 1
     counts = row_ptr[1:] - row_ptr[:-1]
-    return torch.repeat_interleave(torch.arange(n_windows, device=row_ptr.device), counts, output_size=n_vectors)
+    return torch.repeat_interleave(
+        torch.arange(n_windows, device=row_ptr.device), counts, output_size=n_vectors
+    )
 
 
 def vector_slots(row_ptr: torch.Tensor, k: int, win: torch.Tensor | None = None) -> torch.Tensor:
@@ -47,7 +50,11 @@ def vector_slots(row_ptr: torch.Tensor, k: int, win: torch.Tensor | None = None)
     block_start = start + (j // k) * k
     width = torch.clamp(row_ptr[win + 1] - block_start, max=k)
     r = torch.arange(WINDOW, device=row_ptr.device)
-    return WINDOW * block_start[:, None] + r[None, :] * width[:, None] + (j - (block_start - start))[:, None]
+    return (
+        WINDOW * block_start[:, None]
+        + r[None, :] * width[:, None]
+        + (j - (block_start - start))[:, None]
+    )
 
 
 def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
@@ -55,7 +62,9 @@ def decode_slots(row_ptr, col_idx, vec_mask, k: int) -> SlotCoords:
     n_vectors = col_idx.numel()
     r = torch.arange(WINDOW, device=row_ptr.device)
     present = ((vec_mask.to(torch.int64)[:, None] >> r[None, :]) & 1).bool()
-    real = present.flatten().nonzero().flatten()  # 8 * vector + row of each real slot (one host synchronisation)
+    real = (
+        present.flatten().nonzero().flatten()
+    )  # 8 * vector + row of each real slot (one host synchronisation)
     win = vector_windows(row_ptr, n_vectors)
     slot = vector_slots(row_ptr, k, win).flatten()[real]
     order = torch.argsort(slot)
@@ -76,10 +85,10 @@ class MEBCRS(WindowedFormat):
     """
 
     k: int
-    _transpose: "Transpose | None" = field(default=None, repr=False, compare=False)
+    _transpose: Transpose | None = field(default=None, repr=False, compare=False)
     # (indptr, indices) of the CSR that perm's order refers to, when the builder's caller keeps
     # it anyway (a Graph): A^T is then built from it instead of decoding the format
-    _csr: "tuple[torch.Tensor, torch.Tensor] | None" = field(default=None, repr=False, compare=False)
+    _csr: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         remember_nnz(self.vec_mask, self.nnz)  # for launch rules given only the arrays
@@ -100,8 +109,16 @@ class MEBCRS(WindowedFormat):
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_csr(cls, indptr, indices, values=None, n_cols: int | None = None, k: int = 8,
-                 device=None, vector: int = 8):
+    def from_csr(
+        cls,
+        indptr,
+        indices,
+        values=None,
+        n_cols: int | None = None,
+        k: int = 8,
+        device=None,
+        vector: int = 8,
+    ):
         """Build from a canonical CSR matrix (sorted, duplicate-free columns in each row).
 
         indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None
@@ -112,7 +129,10 @@ class MEBCRS(WindowedFormat):
         """
         if vector == 16:
             if k != 8:
-                raise ValueError(f"the 16x1 format has blocks of 16 x 8 (one width for every precision); got k = {k}")
+                raise ValueError(
+                    f"the 16x1 format has blocks of 16 x 8 (one width for every precision); got "
+                    f"k = {k}"
+                )
             return Blocked16.from_csr(indptr, indices, values, n_cols=n_cols, device=device)
         if vector != WINDOW:
             raise ValueError(f"vector must be 8 (ME-BCRS) or 16 (the 16x1 baseline), got {vector}")
@@ -141,27 +161,33 @@ class MEBCRS(WindowedFormat):
         out[c.row, c.col] = self.values[c.slot]
         return out
 
-    def with_values(self, values: torch.Tensor) -> "MEBCRS":
+    def with_values(self, values: torch.Tensor) -> MEBCRS:
         """Same pattern, new values in the value layout ([8 * n_vectors])."""
         if values.shape != (WINDOW * self.n_vectors,):
-            raise ValueError(f"values must have shape ({WINDOW * self.n_vectors},), got {tuple(values.shape)}")
+            raise ValueError(
+                f"values must have shape ({WINDOW * self.n_vectors},), got {tuple(values.shape)}"
+            )
         return replace(self, values=values, _transpose=self._transpose)
 
     def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
         """Place values given in CSR nonzero order ([nnz]) into the value layout."""
         if csr_values.shape[:1] != (self.nnz,):
-            raise ValueError(f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}")
+            raise ValueError(
+                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
+            )
         out = csr_values.new_zeros((WINDOW * self.n_vectors,) + tuple(csr_values.shape[1:]))
         return out.index_copy(0, self.perm, csr_values)
 
-    def to(self, device) -> "MEBCRS":
+    def to(self, device) -> MEBCRS:
         device = torch.device(device)
-        moved = {name: getattr(self, name).to(device)
-                 for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")}
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
+        }
         return replace(self, **moved, _transpose=None, _csr=None)
 
     # ------------------------------------------------------------------ transpose
-    def transpose(self) -> "Transpose":
+    def transpose(self) -> Transpose:
         """A^T in ME-BCRS with the same k, built once and cached, with the map of each of
         its value slots back to A's slots."""
         if self._transpose is None:
@@ -171,6 +197,7 @@ class MEBCRS(WindowedFormat):
     # ------------------------------------------------------------------ checking
     def validate(self) -> None:
         """Check every invariant of the format; raise ValueError naming the first that fails."""
+
         def fail(msg):
             raise ValueError(f"invalid ME-BCRS: {msg}")
 
@@ -178,7 +205,10 @@ class MEBCRS(WindowedFormat):
         if self.k not in BLOCK_WIDTHS:
             fail(f"k = {self.k} is not 8 or 4")
         if self.row_ptr.dtype != torch.int64 or self.row_ptr.shape != (n_win + 1,):
-            fail(f"row_ptr must be int64 [{n_win + 1}], got {self.row_ptr.dtype} {tuple(self.row_ptr.shape)}")
+            fail(
+                f"row_ptr must be int64 [{n_win + 1}], got {self.row_ptr.dtype} "
+                f"{tuple(self.row_ptr.shape)}"
+            )
         if self.col_idx.dtype != torch.int32 or self.col_idx.dim() != 1:
             fail(f"col_idx must be int32 1-D, got {self.col_idx.dtype} {tuple(self.col_idx.shape)}")
         n_vec = self.n_vectors
@@ -204,7 +234,9 @@ class MEBCRS(WindowedFormat):
                 fail("a vector holds no nonzero")
             last_rows = self.n_rows - WINDOW * win
             bits = torch.arange(WINDOW, device=self.device)
-            beyond = ((self.vec_mask.to(torch.int64)[:, None] >> bits) & 1).bool() & (bits[None, :] >= last_rows[:, None])
+            beyond = ((self.vec_mask.to(torch.int64)[:, None] >> bits) & 1).bool() & (
+                bits[None, :] >= last_rows[:, None]
+            )
             if bool(beyond.any()):
                 fail("vec_mask marks a row past n_rows")
         coords = self.slot_coords()
@@ -290,8 +322,9 @@ def build_reference(indptr, indices, values, n_cols: int, k: int, device: torch.
 def _build_transpose(a: MEBCRS) -> Transpose:
     if a._csr is not None:
         indptr, cols = a._csr
-        rows = torch.repeat_interleave(torch.arange(a.n_rows, device=a.device), indptr[1:] - indptr[:-1],
-                                       output_size=a.nnz)
+        rows = torch.repeat_interleave(
+            torch.arange(a.n_rows, device=a.device), indptr[1:] - indptr[:-1], output_size=a.nnz
+        )
         slots = a.perm
     else:
         c = a.slot_coords()
@@ -299,11 +332,15 @@ def _build_transpose(a: MEBCRS) -> Transpose:
     key = cols * max(a.n_rows, 1) + rows  # A^T in CSR order = A's nonzeros sorted by (col, row)
     order = torch.argsort(key)
     t_rows, t_cols = cols[order], rows[order]
-    # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount has)
+    # rows are sorted: each row's start is a binary search (no host synchronisation, as bincount
+    # has)
     indptr = torch.searchsorted(t_rows, torch.arange(a.n_cols + 1, device=a.device))
     src_slot = slots[order]
-    return Transpose(build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k), src_slot,
-                     indptr)
+    return Transpose(
+        build_canonical(indptr, t_cols, a.values[src_slot], a.n_rows, a.device, a.k),
+        src_slot,
+        indptr,
+    )
 
 
 register_builder("cpu", build_reference)

@@ -15,6 +15,7 @@ Arrays (``n_windows = ceil(n_rows / 16)``, ``n_blocks = row_ptr[-1]``):
   vec_mask  int16 [8 * n_blocks], bit r set when row r of the window is a nonzero in that
             block column (0 for padding columns); the SDDMM writes only those slots.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -24,8 +25,8 @@ import torch
 from .device_builders import check_device
 from .windowed import SlotCoords, WindowedFormat, csr_inputs
 
-ROWS = 16   # rows per window
-COLS = 8    # columns per block
+ROWS = 16  # rows per window
+COLS = 8  # columns per block
 BLOCK = ROWS * COLS
 
 
@@ -57,14 +58,22 @@ class Blocked16(WindowedFormat):
         return int((self.vec_mask == 0).sum())
 
     @classmethod
-    def from_csr(cls, indptr, indices, values=None, n_cols: int | None = None, device=None) -> "Blocked16":
+    def from_csr(
+        cls, indptr, indices, values=None, n_cols: int | None = None, device=None
+    ) -> Blocked16:
         """Build from a canonical CSR matrix; the arguments and their errors are those of
         ``MEBCRS.from_csr``. Vectorised torch, the same code on the CPU and the GPU."""
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(indptr, indices, values, n_cols, device)
+        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+            indptr, indices, values, n_cols, device
+        )
         check_device(device)  # a clear error where the device cannot be used
         indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         row_ptr, col_idx, perm, vec_mask = build_pattern16(indptr_t, indices_t, n_cols)
-        out = values_t.to(device).new_zeros(BLOCK * row_ptr[-1].item()).index_copy_(0, perm, values_t.to(device))
+        out = (
+            values_t.to(device)
+            .new_zeros(BLOCK * row_ptr[-1].item())
+            .index_copy_(0, perm, values_t.to(device))
+        )
         return cls(row_ptr, col_idx, out, perm, vec_mask, indptr_t.numel() - 1, n_cols)
 
     def slot_coords(self) -> SlotCoords:
@@ -84,7 +93,9 @@ class Blocked16(WindowedFormat):
     def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
         """Place values given in CSR nonzero order ([nnz]) into the value layout."""
         if csr_values.shape != (self.nnz,):
-            raise ValueError(f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}")
+            raise ValueError(
+                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
+            )
         return csr_values.new_zeros(self.n_slots).index_copy(0, self.perm, csr_values)
 
     def real_slots(self) -> torch.Tensor:
@@ -93,10 +104,12 @@ class Blocked16(WindowedFormat):
         real[self.slot_coords().slot] = True
         return real
 
-    def to(self, device) -> "Blocked16":
+    def to(self, device) -> Blocked16:
         device = torch.device(device)
-        moved = {name: getattr(self, name).to(device)
-                 for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")}
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
+        }
         return replace(self, **moved, _coords=None)
 
 
@@ -125,7 +138,9 @@ def build_pattern16(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int):
     n_blocks = int(row_ptr[-1])
 
     # each block column reads vector first + min(lane, width - 1): padding repeats the last column
-    block_win = torch.repeat_interleave(torch.arange(n_win, device=device), blocks, output_size=n_blocks)
+    block_win = torch.repeat_interleave(
+        torch.arange(n_win, device=device), blocks, output_size=n_blocks
+    )
     block_in_win = torch.arange(n_blocks, device=device) - row_ptr[block_win]
     first = vec_start[block_win] + COLS * block_in_win
     width = torch.clamp(vectors[block_win] - COLS * block_in_win, max=COLS)
@@ -143,14 +158,21 @@ def build_pattern16(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int):
     return row_ptr, col_idx, perm, mask.to(torch.int16)
 
 
-def decode_slots16(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor) -> SlotCoords:
+def decode_slots16(
+    row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor
+) -> SlotCoords:
     """Slot, row and column of every real nonzero of a 16x1 pattern, ordered by slot."""
     device = row_ptr.device
     n_blocks = col_idx.numel() // COLS
     counts = row_ptr[1:] - row_ptr[:-1]
-    block_win = torch.repeat_interleave(torch.arange(row_ptr.numel() - 1, device=device), counts,
-                                        output_size=n_blocks)
+    block_win = torch.repeat_interleave(
+        torch.arange(row_ptr.numel() - 1, device=device), counts, output_size=n_blocks
+    )
     r = torch.arange(ROWS, device=device)
-    bits = (vec_mask.to(torch.int64).view(n_blocks, 1, COLS) >> r.view(1, ROWS, 1)) & 1  # [block, row, col]
+    bits = (
+        vec_mask.to(torch.int64).view(n_blocks, 1, COLS) >> r.view(1, ROWS, 1)
+    ) & 1  # [block, row, col]
     b, rr, j = bits.nonzero(as_tuple=True)  # row-major: slots ascend
-    return SlotCoords(BLOCK * b + COLS * rr + j, ROWS * block_win[b] + rr, col_idx[COLS * b + j].to(torch.int64))
+    return SlotCoords(
+        BLOCK * b + COLS * rr + j, ROWS * block_win[b] + rr, col_idx[COLS * b + j].to(torch.int64)
+    )

@@ -20,6 +20,7 @@ as separate neighbours while the format stores one value per (dst, src). A spars
 (scipy, torch sparse COO) is taken as the matrix it denotes: duplicate entries are summed,
 as scipy and torch define them. Explicitly stored zeros stay edges.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -66,7 +67,9 @@ def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_we
     if t.dim() == 2 and t.shape[1] == 1:
         t = t[:, 0]
     if t.shape != (num_edges,):
-        raise ValueError(f"{name} must have shape ({num_edges},) (one value per edge), got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({num_edges},) (one value per edge), got {tuple(t.shape)}"
+        )
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but the edges are on {device}")
     bad = int((~torch.isfinite(t)).sum())
@@ -91,13 +94,17 @@ def _node_counts(num_nodes, ids: torch.Tensor) -> tuple[int, int]:
         return n, n
     if isinstance(num_nodes, (tuple, list)):
         if len(num_nodes) != 2:
-            raise ValueError(f"num_nodes must be an int or a pair (num_src, num_dst), got {num_nodes!r}")
+            raise ValueError(
+                f"num_nodes must be an int or a pair (num_src, num_dst), got {num_nodes!r}"
+            )
         return _count(num_nodes[0], "num_src"), _count(num_nodes[1], "num_dst")
     n = _count(num_nodes, "num_nodes")
     return n, n
 
 
-def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[int, int] | None = None) -> None:
+def _check_node_ids(
+    ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[int, int] | None = None
+) -> None:
     """Raise ValueError on an id of ``ids`` outside [0, num_nodes); ``bounds``: (min, max) of
     ids when already read from the device."""
     if ids.numel() == 0:
@@ -108,7 +115,9 @@ def _check_node_ids(ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[
         raise ValueError(f"negative node id {lo} in {what} (edge {pos})")
     if hi >= num_nodes:
         pos = int((ids >= num_nodes).nonzero()[0, -1])
-        raise ValueError(f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes")
+        raise ValueError(
+            f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes"
+        )
 
 
 def _permutation_check(ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -127,7 +136,8 @@ def _is_permutation(ids: torch.Tensor, n: int) -> bool:
 
 def _sort_keys(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(key sorted, the stable order that sorts it). On the CPU an already sorted key skips the
-    sort (seconds at 60M edges); on a GPU the sort costs less than the synchronisation of checking."""
+    sort (seconds at 60M edges); on a GPU the sort costs less than the synchronisation of
+    checking."""
     if not key.is_cuda and (key.numel() < 2 or bool((key[1:] > key[:-1]).all())):
         return key, torch.arange(key.numel(), device=key.device)
     return torch.sort(key, stable=True)
@@ -162,22 +172,28 @@ def _csr_rows(indptr, indices, num_nodes, eids: torch.Tensor | None = None):
     n_rows = indptr.numel() - 1
     num_src, num_dst = (n_rows, n_rows) if num_nodes is None else _node_counts(num_nodes, indices)
     if n_rows != num_dst:
-        raise ValueError(f"indptr has {n_rows} rows but there are {num_dst} destination nodes "
-                         f"(num_nodes = {num_nodes!r}); rows are destinations")
+        raise ValueError(
+            f"indptr has {n_rows} rows but there are {num_dst} destination nodes "
+            f"(num_nodes = {num_nodes!r}); rows are destinations"
+        )
     counts = indptr[1:] - indptr[:-1]
     nnz = indices.numel()
     checks = [indptr[0], indptr[-1], (counts < 0).any(), (counts == 0).any()]
     if eids is not None:
         checks.append(eids.shape == (nnz,) and _permutation_check(eids, nnz))
     checks += [indices.min(), indices.max()] if nnz else []
-    values = torch.stack([torch.as_tensor(c, device=indptr.device).to(torch.int64) for c in checks]).tolist()
+    values = torch.stack(
+        [torch.as_tensor(c, device=indptr.device).to(torch.int64) for c in checks]
+    ).tolist()
     first, last, decreasing, zero_in = values[:4]
     if first != 0 or last != nnz or decreasing:
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
     if eids is not None and not values[4]:
         raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{nnz - 1}")
     _check_node_ids(indices, num_src, "indices (sources)", tuple(values[-2:]) if nnz else None)
-    dst = torch.repeat_interleave(torch.arange(n_rows, device=indptr.device), counts, output_size=nnz)
+    dst = torch.repeat_interleave(
+        torch.arange(n_rows, device=indptr.device), counts, output_size=nnz
+    )
     return indptr, indices, dst, (num_src, num_dst), bool(zero_in)
 
 
@@ -203,7 +219,9 @@ class Graph:
         rows = indptr.numel() - 1
         num_src, num_dst = (rows, rows) if num_nodes is None else _node_counts(num_nodes, indices)
         if indptr.numel() != num_dst + 1:
-            raise ValueError(f"indptr must have num_dst + 1 = {num_dst + 1} entries, got {indptr.numel()}")
+            raise ValueError(
+                f"indptr must have num_dst + 1 = {num_dst + 1} entries, got {indptr.numel()}"
+            )
         check_csr(indptr, indices, num_src)
         num_edges = indices.numel()
         if edge_ids is None:
@@ -212,7 +230,13 @@ class Graph:
             edge_ids = _index_tensor(edge_ids, "edge_ids").to(indptr.device)
             if not _is_permutation(edge_ids, num_edges):
                 raise ValueError(f"edge_ids must be a permutation of 0..{num_edges - 1}")
-        self._set(indptr, indices, (num_src, num_dst), edge_ids, _weight_tensor(edge_weight, num_edges, indptr.device))
+        self._set(
+            indptr,
+            indices,
+            (num_src, num_dst),
+            edge_ids,
+            _weight_tensor(edge_weight, num_edges, indptr.device),
+        )
 
     def _set(self, indptr, indices, num_nodes: tuple[int, int], edge_ids, edge_weight) -> None:
         self.indptr = indptr
@@ -232,8 +256,10 @@ class Graph:
     def num_nodes(self) -> int:
         """The number of nodes of a square graph (a bipartite one raises ValueError)."""
         if self.is_bipartite:
-            raise ValueError(f"this graph is bipartite ({self.num_src_nodes} source, {self.num_dst_nodes} "
-                             "destination nodes): use num_src_nodes and num_dst_nodes")
+            raise ValueError(
+                f"this graph is bipartite ({self.num_src_nodes} source, {self.num_dst_nodes} "
+                "destination nodes): use num_src_nodes and num_dst_nodes"
+            )
         return self.num_dst_nodes
 
     @property
@@ -243,7 +269,9 @@ class Graph:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def _from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: tuple[int, int], edge_weight) -> "Graph":
+    def _from_edges(
+        cls, src: torch.Tensor, dst: torch.Tensor, num_nodes: tuple[int, int], edge_weight
+    ) -> Graph:
         """Edges in edge-id order -> canonical CSR of A [dst, src] on (num_src, num_dst) nodes;
         duplicates raise. The ids and weights must have been checked: the result, canonical by
         construction, is not checked again."""
@@ -251,12 +279,21 @@ class Graph:
         key_sorted, order = _sort_keys(dst * max(num_src, 1) + src)
         _check_no_duplicates(key_sorted, order, src, dst)
         # rows are sorted: each row's start is a binary search (bincount would synchronise)
-        indptr = torch.searchsorted(key_sorted, torch.arange(num_dst + 1, device=key_sorted.device) * max(num_src, 1))
+        indptr = torch.searchsorted(
+            key_sorted, torch.arange(num_dst + 1, device=key_sorted.device) * max(num_src, 1)
+        )
         return cls._from_canonical(indptr, src[order], num_nodes, order, edge_weight)
 
     @classmethod
-    def _from_canonical(cls, indptr, indices, num_nodes: tuple[int, int], edge_ids, edge_weight,
-                        zero_in: bool | None = None) -> "Graph":
+    def _from_canonical(
+        cls,
+        indptr,
+        indices,
+        num_nodes: tuple[int, int],
+        edge_ids,
+        edge_weight,
+        zero_in: bool | None = None,
+    ) -> Graph:
         """A Graph of a CSR canonical by construction, not checked; ``zero_in``: whether a
         destination has no in-edge, when the caller knows (layers read it)."""
         graph = cls.__new__(cls)
@@ -266,18 +303,24 @@ class Graph:
         return graph
 
     @classmethod
-    def _from_rows(cls, rows: tuple, edge_ids: torch.Tensor | None, edge_weight) -> "Graph":
+    def _from_rows(cls, rows: tuple, edge_ids: torch.Tensor | None, edge_weight) -> Graph:
         """The output of ``_csr_rows`` (rows of sources in any order) -> the canonical CSR, each
         row sorted by source (one sort of the whole); ``edge_ids``: the id of each input position
         (None: the position). Duplicates raise; the rest was checked."""
         indptr, indices, dst, num_nodes, zero_in = rows
         key_sorted, order = _sort_keys(dst * max(num_nodes[0], 1) + indices)
         _check_no_duplicates(key_sorted, order, indices, dst, edge_ids)
-        return cls._from_canonical(indptr, indices[order], num_nodes, order if edge_ids is None else edge_ids[order],
-                                   edge_weight, zero_in)
+        return cls._from_canonical(
+            indptr,
+            indices[order],
+            num_nodes,
+            order if edge_ids is None else edge_ids[order],
+            edge_weight,
+            zero_in,
+        )
 
     @classmethod
-    def from_edge_index(cls, edge_index, num_nodes=None, edge_weight=None) -> "Graph":
+    def from_edge_index(cls, edge_index, num_nodes=None, edge_weight=None) -> Graph:
         """From ``edge_index`` [2, E] (row 0 = sources, row 1 = destinations, any integer
         dtype); edge i has id i and weight ``edge_weight[i]`` (float [E], default 1).
         ``num_nodes``: an int, (num_src, num_dst) for a bipartite graph (PyG's ``size``), or
@@ -292,7 +335,7 @@ class Graph:
         return cls._from_edges(ei[0], ei[1], (num_src, num_dst), weight)
 
     @classmethod
-    def from_csr(cls, indptr, indices, num_nodes=None, edge_weight=None) -> "Graph":
+    def from_csr(cls, indptr, indices, num_nodes=None, edge_weight=None) -> Graph:
         """From a CSR whose rows are destinations: ``indices[indptr[d]:indptr[d+1]]`` are the
         sources of the in-edges of node d, in any order. Edge ids follow the CSR positions.
         ``num_nodes``: None or an int (square), or (num_src, num_dst)."""
@@ -301,7 +344,7 @@ class Graph:
         return cls._from_rows(rows, None, weight)
 
     @classmethod
-    def from_scipy(cls, matrix) -> "Graph":
+    def from_scipy(cls, matrix) -> Graph:
         """From a scipy sparse matrix with ``matrix[dst, src]`` = weight of edge src -> dst
         (rows are destinations; [num_dst, num_src], bipartite when not square). Duplicate
         entries are summed; edge ids follow the row-major order of the nonzeros; weights are
@@ -313,11 +356,15 @@ class Graph:
         m = sp.csr_matrix(matrix, copy=True)
         m.sum_duplicates()
         data = m.data if m.data.dtype == np.float64 else m.data.astype(np.float32)
-        return cls(m.indptr.astype(np.int64), m.indices.astype(np.int64), (m.shape[1], m.shape[0]),
-                   edge_weight=torch.from_numpy(data))
+        return cls(
+            m.indptr.astype(np.int64),
+            m.indices.astype(np.int64),
+            (m.shape[1], m.shape[0]),
+            edge_weight=torch.from_numpy(data),
+        )
 
     @classmethod
-    def from_torch_sparse(cls, t: torch.Tensor) -> "Graph":
+    def from_torch_sparse(cls, t: torch.Tensor) -> Graph:
         """From a torch sparse COO or CSR tensor with ``t[dst, src]`` = weight ([num_dst,
         num_src], bipartite when not square). COO entries are coalesced (duplicates summed);
         edge ids follow the coalesced COO order or the CSR positions."""
@@ -338,10 +385,12 @@ class Graph:
             values = t.values()
             weight = values if values.is_floating_point() else values.to(torch.float32)
             return cls.from_csr(t.crow_indices(), t.col_indices(), n, weight)
-        raise ValueError(f"unsupported sparse layout {t.layout}; use torch.sparse_coo or torch.sparse_csr")
+        raise ValueError(
+            f"unsupported sparse layout {t.layout}; use torch.sparse_coo or torch.sparse_csr"
+        )
 
     @classmethod
-    def from_pyg(cls, data) -> "Graph":
+    def from_pyg(cls, data) -> Graph:
         """From a PyG ``Data``: ``edge_index`` ([src; dst]) and ``num_nodes``; the weights are
         ``edge_weight`` if set, else ``edge_attr`` when it holds one value per edge (a
         multi-dimensional ``edge_attr`` is edge features, not weights, and is not used)."""
@@ -351,13 +400,16 @@ class Graph:
         weight = getattr(data, "edge_weight", None)
         if weight is None:
             attr = getattr(data, "edge_attr", None)
-            if attr is not None and attr.is_floating_point() and (
-                    attr.dim() == 1 or (attr.dim() == 2 and attr.shape[1] == 1)):
+            if (
+                attr is not None
+                and attr.is_floating_point()
+                and (attr.dim() == 1 or (attr.dim() == 2 and attr.shape[1] == 1))
+            ):
                 weight = attr
         return cls.from_edge_index(edge_index, data.num_nodes, weight)
 
     @classmethod
-    def from_dgl(cls, g, edge_weight=None) -> "Graph":
+    def from_dgl(cls, g, edge_weight=None) -> Graph:
         """From a DGL graph or block, read through its interface (dgl is not imported): the
         in-edges of ``g.adj_tensors('csc')`` -> (indptr, indices, eids), where column d lists
         the sources of the edges into d and ``eids`` the edge id at each position (empty: 0, 1,
@@ -383,16 +435,23 @@ class Graph:
 
     def dst_of_csr(self) -> torch.Tensor:
         """Destination of each CSR position, int64 [E] (cached)."""
-        return self._cached(("csr_dst",), lambda: torch.repeat_interleave(
-            torch.arange(self.num_dst_nodes, device=self.device), self.indptr[1:] - self.indptr[:-1],
-            output_size=self.num_edges))
+        return self._cached(
+            ("csr_dst",),
+            lambda: torch.repeat_interleave(
+                torch.arange(self.num_dst_nodes, device=self.device),
+                self.indptr[1:] - self.indptr[:-1],
+                output_size=self.num_edges,
+            ),
+        )
 
     def csr_pos(self) -> torch.Tensor:
         """CSR position of each edge id, int64 [E] (the inverse of ``edge_ids``, cached)."""
+
         def build():
             pos = torch.empty_like(self.edge_ids)
             pos[self.edge_ids] = torch.arange(self.num_edges, device=self.device)
             return pos
+
         return self._cached(("csr_pos",), build)
 
     @property
@@ -407,19 +466,25 @@ class Graph:
 
     def out_degrees(self) -> torch.Tensor:
         """Number of out-edges of every source node, int64 [num_src_nodes]."""
-        ones = torch.ones_like(self.indices)  # index_add, unlike bincount, needs no host synchronisation
-        return torch.zeros(self.num_src_nodes, dtype=torch.int64, device=self.device).index_add_(0, self.indices, ones)
+        ones = torch.ones_like(
+            self.indices
+        )  # index_add, unlike bincount, needs no host synchronisation
+        return torch.zeros(self.num_src_nodes, dtype=torch.int64, device=self.device).index_add_(
+            0, self.indices, ones
+        )
 
     def has_zero_in_degree(self) -> bool:
         return self._cached(("zero_in",), lambda: bool((self.in_degrees() == 0).any()))
 
-    def add_self_loops(self, fill_value: float = 1.0) -> "Graph":
+    def add_self_loops(self, fill_value: float = 1.0) -> Graph:
         """A new graph with a self-loop on every node that has none (existing loops are kept,
         so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``.
         Square graphs only (a block's destinations are not its sources by id)."""
         if self.is_bipartite:
-            raise ValueError(f"add_self_loops needs a square graph, got {self.num_src_nodes} source and "
-                             f"{self.num_dst_nodes} destination nodes")
+            raise ValueError(
+                f"add_self_loops needs a square graph, got {self.num_src_nodes} source and "
+                f"{self.num_dst_nodes} destination nodes"
+            )
         dst = self.dst_of_csr()
         has_loop = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
         has_loop[dst[self.indices == dst]] = True
@@ -431,19 +496,28 @@ class Graph:
             weight = torch.cat([old, old.new_full((new.numel(),), fill_value)])
         return Graph.from_edge_index(torch.cat([ei, new.expand(2, -1)], 1), self.num_nodes, weight)
 
-    def to(self, device) -> "Graph":
+    def to(self, device) -> Graph:
         """The same graph on ``device``; formats already built for any device are shared."""
         device = torch.device(device)
         moved = Graph.__new__(Graph)
-        moved._set(*(t.to(device) for t in (self.indptr, self.indices)), self.node_counts, self.edge_ids.to(device),
-                   None if self.edge_weight is None else self.edge_weight.to(device))
-        moved._cache = {key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"}
+        moved._set(
+            *(t.to(device) for t in (self.indptr, self.indices)),
+            self.node_counts,
+            self.edge_ids.to(device),
+            None if self.edge_weight is None else self.edge_weight.to(device),
+        )
+        moved._cache = {
+            key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"
+        }
         return moved
 
     def __repr__(self) -> str:
         weighted = ", weighted" if self.edge_weight is not None else ""
-        nodes = (f"num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}" if self.is_bipartite
-                 else f"num_nodes={self.num_nodes}")
+        nodes = (
+            f"num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}"
+            if self.is_bipartite
+            else f"num_nodes={self.num_nodes}"
+        )
         return f"Graph({nodes}, num_edges={self.num_edges}, device={self.device}{weighted})"
 
     # ------------------------------------------------------------------ formats
@@ -460,11 +534,16 @@ class Graph:
 
         def build():
             weight = self._csr_weight(torch.float32)
-            values = torch.ones(self.num_edges, dtype=torch.float32, device=self.device) if weight is None else weight
+            values = (
+                torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
+                if weight is None
+                else weight
+            )
             fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
             if device == self.device:
                 fmt._csr = (self.indptr, self.indices)
             return fmt
+
         return self._cached((k, "format", device), build)
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
@@ -475,8 +554,10 @@ class Graph:
         if heads == 1:
             return self.adj(k)
         device = _device_key(self.device)
-        return self._cached((k, "format", device, heads),
-                            lambda: block_diagonal(self.adj(k), heads, with_values=False))
+        return self._cached(
+            (k, "format", device, heads),
+            lambda: block_diagonal(self.adj(k), heads, with_values=False),
+        )
 
     def edge_slots(self, k: int = 8) -> torch.Tensor:
         """Value slot of every edge of ``adj(k)`` in edge-id order, int64 [E] (cached)."""
@@ -486,11 +567,18 @@ class Graph:
         """Place per-edge ``values`` [E, ...] given in edge-id order into ``adj(k)``'s value
         layout [8 * n_vectors, ...]; slots outside the pattern are 0. Differentiable."""
         if values.shape[:1] != (self.num_edges,):
-            raise ValueError(f"expected one value per edge ({self.num_edges}), got shape {tuple(values.shape)}")
+            raise ValueError(
+                f"expected one value per edge ({self.num_edges}), got shape {tuple(values.shape)}"
+            )
         return self.adj(k).values_from_csr(values[self.edge_ids])
 
-    def gcn_values(self, norm: str, k: int = 8, dtype: torch.dtype = torch.float32,
-                   edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+    def gcn_values(
+        self,
+        norm: str,
+        k: int = 8,
+        dtype: torch.dtype = torch.float32,
+        edge_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """A's values for graph convolution in ``adj(k)``'s layout [8 * n_vectors]: the weight
         of each edge (``edge_weight`` [E] in edge-id order, else the graph's own, else 1)
         scaled by the degree normalisation ``norm`` (DGL's semantics, unweighted degrees
@@ -500,12 +588,16 @@ class Graph:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         if edge_weight is not None:
             weight = _weight_tensor(edge_weight, self.num_edges, self.device)
-            return self.edge_values(weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k)
+            return self.edge_values(
+                weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k
+            )
 
         def build():
             weight = self._csr_weight(dtype)
-            return gcn_norm_values(self.adj(k), self.indptr, self.indices, self.num_src_nodes, norm,
-                                   dtype, weight)
+            return gcn_norm_values(
+                self.adj(k), self.indptr, self.indices, self.num_src_nodes, norm, dtype, weight
+            )
+
         return self._cached(("gcn_values", k, norm, dtype), build)
 
     def _csr_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
@@ -514,11 +606,13 @@ class Graph:
 
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
         """The degree normalisation of every CSR position, [E] in ``dtype`` (cached)."""
-        return self._cached(("norm", norm, dtype), lambda: gcn_norm_factor(
-            self.indptr, self.indices, self.num_src_nodes, norm, dtype))
+        return self._cached(
+            ("norm", norm, dtype),
+            lambda: gcn_norm_factor(self.indptr, self.indices, self.num_src_nodes, norm, dtype),
+        )
 
 
-_DGL_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_DGL_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def as_graph(graph) -> Graph:

@@ -3,6 +3,7 @@ on nonzeros per vector (the fp32 SpMM's) gets them with no host synchronisation 
 format that owns the mask said them (every MEBCRS does when made), and counts the mask's
 bits once otherwise. A fact of the pattern, kept below both the formats that tell it and the
 launchers that read it."""
+
 from __future__ import annotations
 
 import torch

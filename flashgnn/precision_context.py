@@ -5,6 +5,7 @@
 ``contextvars.ContextVar``, so it is local to the thread (and to the asyncio task). Dense
 layers are not affected: their dtype is the caller's business (``torch.autocast``).
 """
+
 from __future__ import annotations
 
 import contextvars

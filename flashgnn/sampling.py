@@ -2,6 +2,7 @@
 ``NeighborSampler`` makes them, built as bipartite flashgnn Graphs on the graph's device with
 vectorised torch and ``flashgnn.ops.sample_in_edges`` (no loop over nodes; two host
 synchronisations per hop, to size tensors, and one for the seed checks)."""
+
 from __future__ import annotations
 
 import torch
@@ -30,9 +31,12 @@ class NeighborSampler:
         if not isinstance(graph, Graph) or graph.is_bipartite:
             raise ValueError("NeighborSampler needs a square flashgnn.Graph")
         fanouts = list(fanouts)
-        if not fanouts or any(isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1)
-                              for f in fanouts):
-            raise ValueError(f"fanouts must be a non-empty list of integers >= 1 or -1 (all), got {fanouts}")
+        if not fanouts or any(
+            isinstance(f, bool) or not isinstance(f, int) or (f < 1 and f != -1) for f in fanouts
+        ):
+            raise ValueError(
+                f"fanouts must be a non-empty list of integers >= 1 or -1 (all), got {fanouts}"
+            )
         self.graph = graph
         self.fanouts = fanouts
         self._local = None  # int64 [num_nodes] of -1: global id -> id in the block being built
@@ -40,16 +44,25 @@ class NeighborSampler:
 
     def sample(self, seeds: torch.Tensor, generator: torch.Generator | None = None):
         g = self.graph
-        if not isinstance(seeds, torch.Tensor) or seeds.dim() != 1 or seeds.is_floating_point() or seeds.dtype == torch.bool:
+        if (
+            not isinstance(seeds, torch.Tensor)
+            or seeds.dim() != 1
+            or seeds.is_floating_point()
+            or seeds.dtype == torch.bool
+        ):
             raise TypeError(f"seeds must be a 1-D integer tensor of node ids, got {seeds!r}")
         if seeds.device != g.device:
             raise ValueError(f"seeds are on {seeds.device} but the graph is on {g.device}")
         seeds = seeds.to(torch.int64)
         if seeds.numel():
             ordered = torch.sort(seeds).values
-            lo, hi, repeated = torch.stack([ordered[0], ordered[-1], (ordered[1:] == ordered[:-1]).any()]).tolist()
+            lo, hi, repeated = torch.stack(
+                [ordered[0], ordered[-1], (ordered[1:] == ordered[:-1]).any()]
+            ).tolist()
             if lo < 0 or hi >= g.num_nodes:
-                raise ValueError(f"seed id {lo if lo < 0 else hi} is out of range for {g.num_nodes} nodes")
+                raise ValueError(
+                    f"seed id {lo if lo < 0 else hi} is out of range for {g.num_nodes} nodes"
+                )
             if repeated:
                 raise ValueError("seeds must be distinct node ids")
         if self._local is None:
@@ -68,9 +81,12 @@ class NeighborSampler:
         degree = g.indptr[dst_nodes + 1] - start
         kept = degree if fanout < 0 else degree.clamp(max=fanout)
         kept_end = torch.cumsum(kept, 0)
-        total, n_kept, zero_in = torch.stack([degree.sum(), kept.sum(), (degree == 0).any()]).tolist()
-        row, pos = sample_in_edges(g.indptr, dst_nodes, start, degree, kept_end, total, n_kept,
-                                   fanout, generator)
+        total, n_kept, zero_in = torch.stack(
+            [degree.sum(), kept.sum(), (degree == 0).any()]
+        ).tolist()
+        row, pos = sample_in_edges(
+            g.indptr, dst_nodes, start, degree, kept_end, total, n_kept, fanout, generator
+        )
         src = g.indices[pos]
         local = self._local
         local[dst_nodes] = torch.arange(n_dst, device=device)
@@ -89,6 +105,7 @@ class NeighborSampler:
         key, order = torch.sort(row * max(n_src, 1) + src_local)
         weight = None if g.edge_weight is None else g.edge_weight[g.edge_ids[pos]]
         indptr = torch.nn.functional.pad(kept_end, (1, 0))
-        block = Graph._from_canonical(indptr, src_local[order], (n_src, n_dst), order, weight, bool(zero_in))
+        block = Graph._from_canonical(
+            indptr, src_local[order], (n_src, n_dst), order, weight, bool(zero_in)
+        )
         return block, torch.cat([dst_nodes, new])
-

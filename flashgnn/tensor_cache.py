@@ -9,13 +9,14 @@ Tensors kept across calls (formats, segments, normalised values) are built with 
 mode off (``built_for_reuse``): a first call under ``torch.inference_mode`` would otherwise
 cache inference tensors, which a later training call cannot save for backward.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
-
 
 T = TypeVar("T")
 

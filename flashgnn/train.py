@@ -3,6 +3,7 @@
 ``--resume RUN_DIR`` continues a run from its last checkpoint, with the config saved in
 that folder (overrides still apply, e.g. ``train.epochs=400`` to train longer).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,12 +14,25 @@ from .training import apply_overrides, load_config, train
 
 def add_arguments(p, default_config: Path | None = None) -> None:
     source = p.add_mutually_exclusive_group(required=default_config is None)
-    source.add_argument("--config", type=Path, default=default_config,
-                        help="YAML run config (see configs/)" + (f"; default {default_config}" if default_config else ""))
-    source.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--output", type=Path, help="run folder (default: <output.root>/<name>-<timestamp>)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="config overrides with dotted keys, values read as YAML (train.lr=0.005)")
+    source.add_argument(
+        "--config",
+        type=Path,
+        default=default_config,
+        help="YAML run config (see configs/)"
+        + (f"; default {default_config}" if default_config else ""),
+    )
+    source.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR"
+    )
+    p.add_argument(
+        "--output", type=Path, help="run folder (default: <output.root>/<name>-<timestamp>)"
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides with dotted keys, values read as YAML (train.lr=0.005)",
+    )
 
 
 def config_from_args(args) -> dict:
@@ -35,10 +49,13 @@ def run(args) -> int:
     if args.resume is not None and args.output is not None:
         raise ValueError("--output cannot move a resumed run; it continues in its own folder")
     summary = train(config_from_args(args), resume=args.resume)
-    print(f"{summary['name']}: best epoch {summary['best_epoch']}/{summary['epochs_run']}, "
-          f"{summary['metric']} val {summary['val']:.4f} test {summary['test']:.4f}, "
-          f"{1000 * summary['epoch_time_s']:.2f} ms/epoch, preprocessing {summary['preprocess_s']:.2f} s "
-          f"-> {summary['run_dir']}")
+    print(
+        f"{summary['name']}: best epoch {summary['best_epoch']}/{summary['epochs_run']}, "
+        f"{summary['metric']} val {summary['val']:.4f} test {summary['test']:.4f}, "
+        f"{1000 * summary['epoch_time_s']:.2f} ms/epoch, preprocessing "
+        f"{summary['preprocess_s']:.2f} s "
+        f"-> {summary['run_dir']}"
+    )
     return 0
 
 

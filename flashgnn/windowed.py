@@ -1,6 +1,7 @@
 """What the windowed formats (ME-BCRS in ``format.py``, the 16x1 baseline in ``format16.py``)
 share: the checks of the canonical CSR they are built from, the arrays both hold, and the
 coordinates of their real value slots (docs/FORMAT.md)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,8 +76,10 @@ def csr_inputs(indptr, indices, values, n_cols: int | None, device):
     else:
         values_t = torch.as_tensor(values)
         if values_t.dim() != 1 or values_t.numel() != nnz:
-            raise ValueError(f"values must be 1-D with one entry per nonzero ({nnz}), "
-                             f"got shape {tuple(values_t.shape)}")
+            raise ValueError(
+                f"values must be 1-D with one entry per nonzero ({nnz}), "
+                f"got shape {tuple(values_t.shape)}"
+            )
         if not values_t.is_floating_point():
             raise ValueError(f"values must be floating point, got {values_t.dtype}")
     indptr_t = indptr_t.to(indices_t.device)

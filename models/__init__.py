@@ -1,4 +1,5 @@
 """GNN networks built from flashgnn.nn layers (installed as flashgnn.models)."""
+
 from .agnn import AGNN
 from .build import MODELS, build_model
 from .gat import GAT

@@ -1,4 +1,5 @@
 """AGNN (Thekumparampil et al.): linear -> attention propagation layers -> linear."""
+
 from __future__ import annotations
 
 import torch
@@ -16,15 +17,29 @@ class AGNN(nn.Module):
     Linear(hidden_feats, out_feats). ``forward(graph, feat)`` -> logits [N, out_feats];
     ``graph`` is one graph or a list of one block per AGNNConv layer."""
 
-    def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 4,
-                 dropout: float = 0.5, init_beta: float = 1.0, learn_beta: bool = True,
-                 precision: str | None = None, allow_zero_in_degree: bool = False):
+    def __init__(
+        self,
+        in_feats: int,
+        hidden_feats: int,
+        out_feats: int,
+        num_layers: int = 4,
+        dropout: float = 0.5,
+        init_beta: float = 1.0,
+        learn_beta: bool = True,
+        precision: str | None = None,
+        allow_zero_in_degree: bool = False,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.encoder = nn.Linear(in_feats, hidden_feats)
         self.layers = nn.ModuleList(
-            AGNNConv(init_beta, learn_beta, allow_zero_in_degree=allow_zero_in_degree, precision=precision)
+            AGNNConv(
+                init_beta,
+                learn_beta,
+                allow_zero_in_degree=allow_zero_in_degree,
+                precision=precision,
+            )
             for _ in range(num_layers)
         )
         self.decoder = nn.Linear(hidden_feats, out_feats)

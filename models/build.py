@@ -1,4 +1,5 @@
 """Building a model by name, the single entry the training code uses."""
+
 from __future__ import annotations
 
 from torch import nn

@@ -1,4 +1,5 @@
 """GAT (Velickovic et al.): multi-head graph attention layers."""
+
 from __future__ import annotations
 
 import torch
@@ -17,23 +18,43 @@ class GAT(nn.Module):
     ``forward(graph, feat)`` -> logits [N, out_feats]; ``graph`` is one graph or a list of one
     block per layer."""
 
-    def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 2,
-                 heads: int = 8, out_heads: int = 1, feat_drop: float = 0.6, attn_drop: float = 0.6,
-                 negative_slope: float = 0.2, residual: bool = False, concat: bool = True,
-                 precision: str | None = None, allow_zero_in_degree: bool = False):
+    def __init__(
+        self,
+        in_feats: int,
+        hidden_feats: int,
+        out_feats: int,
+        num_layers: int = 2,
+        heads: int = 8,
+        out_heads: int = 1,
+        feat_drop: float = 0.6,
+        attn_drop: float = 0.6,
+        negative_slope: float = 0.2,
+        residual: bool = False,
+        concat: bool = True,
+        precision: str | None = None,
+        allow_zero_in_degree: bool = False,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.concat = concat
-        common = dict(feat_drop=feat_drop, attn_drop=attn_drop, negative_slope=negative_slope,
-                      allow_zero_in_degree=allow_zero_in_degree, precision=precision)
+        common = dict(
+            feat_drop=feat_drop,
+            attn_drop=attn_drop,
+            negative_slope=negative_slope,
+            allow_zero_in_degree=allow_zero_in_degree,
+            precision=precision,
+        )
         self.layers = nn.ModuleList()
         dim = in_feats
         for i in range(num_layers - 1):
-            self.layers.append(GATConv(dim, hidden_feats, heads, residual=residual and i > 0, **common))
+            self.layers.append(
+                GATConv(dim, hidden_feats, heads, residual=residual and i > 0, **common)
+            )
             dim = hidden_feats * heads if concat else hidden_feats
-        self.layers.append(GATConv(dim, out_feats, out_heads, residual=residual and num_layers > 1,
-                                   **common))
+        self.layers.append(
+            GATConv(dim, out_feats, out_heads, residual=residual and num_layers > 1, **common)
+        )
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat

@@ -1,4 +1,5 @@
 """GCN (Kipf & Welling): a stack of graph convolutions."""
+
 from __future__ import annotations
 
 import torch
@@ -14,18 +15,33 @@ class GCN(nn.Module):
     """``num_layers`` GCNConv layers: in_feats -> hidden_feats (ReLU) ... -> out_feats, with
     dropout before every layer but the first (DGL's example). ``forward(graph, feat)`` ->
     logits [N, out_feats]; ``graph`` is one graph, which should carry self-loops
-    (``graph.add_self_loops()``), or a list of one block per layer (-> [N_dst of the last, out_feats])."""
+    (``graph.add_self_loops()``), or a list of one block per layer (-> [N_dst of the last,
+    out_feats])."""
 
-    def __init__(self, in_feats: int, hidden_feats: int, out_feats: int, num_layers: int = 2,
-                 dropout: float = 0.5, norm: str = "both", precision: str | None = None,
-                 allow_zero_in_degree: bool = False):
+    def __init__(
+        self,
+        in_feats: int,
+        hidden_feats: int,
+        out_feats: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        norm: str = "both",
+        precision: str | None = None,
+        allow_zero_in_degree: bool = False,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_feats] + [hidden_feats] * (num_layers - 1) + [out_feats]
         self.layers = nn.ModuleList(
-            GCNConv(dims[i], dims[i + 1], norm=norm, activation=F.relu if i < num_layers - 1 else None,
-                    allow_zero_in_degree=allow_zero_in_degree, precision=precision)
+            GCNConv(
+                dims[i],
+                dims[i + 1],
+                norm=norm,
+                activation=F.relu if i < num_layers - 1 else None,
+                allow_zero_in_degree=allow_zero_in_degree,
+                precision=precision,
+            )
             for i in range(num_layers)
         )
         self.dropout = nn.Dropout(dropout)

@@ -1,4 +1,5 @@
 """Fixtures shared by every test module (helpers that are not fixtures: tests/helpers.py)."""
+
 from __future__ import annotations
 
 import zlib

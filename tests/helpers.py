@@ -3,6 +3,7 @@ real graphs of ../shared/datasets.
 
 Use ``from tests.helpers import ...``.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,31 +44,58 @@ def random_values(n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(0.5, 1.5, n) * rng.choice([-1.0, 1.0], n)
 
 
-def random_csr(n_rows: int, n_cols: int, density: float, rng: np.random.Generator, *,
-               dtype=np.float64, index_dtype=np.int32) -> sp.csr_matrix:
+def random_csr(
+    n_rows: int,
+    n_cols: int,
+    density: float,
+    rng: np.random.Generator,
+    *,
+    dtype=np.float64,
+    index_dtype=np.int32,
+) -> sp.csr_matrix:
     """Canonical scipy CSR (sorted, duplicate-free columns) with about ``density * n_rows *
     n_cols`` nonzeros at uniform random positions; values from ``random_values``."""
     nnz = int(round(density * n_rows * n_cols))
-    flat = np.unique(rng.integers(0, max(n_rows * n_cols, 1), nnz)) if n_rows * n_cols else np.zeros(0, np.int64)
-    return csr_from_coo(flat // max(n_cols, 1), flat % max(n_cols, 1), (n_rows, n_cols), rng,
-                        dtype=dtype, index_dtype=index_dtype)
+    flat = (
+        np.unique(rng.integers(0, max(n_rows * n_cols, 1), nnz))
+        if n_rows * n_cols
+        else np.zeros(0, np.int64)
+    )
+    return csr_from_coo(
+        flat // max(n_cols, 1),
+        flat % max(n_cols, 1),
+        (n_rows, n_cols),
+        rng,
+        dtype=dtype,
+        index_dtype=index_dtype,
+    )
 
 
-def csr_from_coo(rows, cols, shape: tuple[int, int], rng: np.random.Generator, *, dtype=np.float64,
-                 index_dtype=np.int32) -> sp.csr_matrix:
+def csr_from_coo(
+    rows,
+    cols,
+    shape: tuple[int, int],
+    rng: np.random.Generator,
+    *,
+    dtype=np.float64,
+    index_dtype=np.int32,
+) -> sp.csr_matrix:
     """Canonical CSR of the distinct positions (rows[i], cols[i]) with ``random_values``."""
     pattern = sp.csr_matrix((np.ones(len(rows)), (np.asarray(rows), np.asarray(cols))), shape=shape)
     pattern.sum_duplicates()
     pattern.sort_indices()
-    m = sp.csr_matrix((random_values(pattern.nnz, rng).astype(dtype), pattern.indices, pattern.indptr),
-                      shape=shape)
+    m = sp.csr_matrix(
+        (random_values(pattern.nnz, rng).astype(dtype), pattern.indices, pattern.indptr),
+        shape=shape,
+    )
     m.indptr = m.indptr.astype(index_dtype)
     m.indices = m.indices.astype(index_dtype)
     return m
 
 
 def data_dir() -> Path | None:
-    """The real datasets: ``$FLASHGNN_DATA``, default ``<repo>/../shared/datasets``; None when absent."""
+    """The real datasets: ``$FLASHGNN_DATA``, default ``<repo>/../shared/datasets``; None when
+    absent."""
     path = Path(os.environ.get("FLASHGNN_DATA") or REPO_ROOT.parent / "shared" / "datasets")
     return path if path.is_dir() else None
 
@@ -114,11 +142,15 @@ def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
         indptr_off, indices_off = d["indptr_off"], d["indices_off"]
         for i in indices:
             n_rows, n_cols, nnz = (int(s) for s in shapes[i])
-            indptr = indptr_all[indptr_off[i]:indptr_off[i + 1]].astype(np.int32)
-            cols = indices_all[indices_off[i]:indices_off[i + 1]].astype(np.int32)
+            indptr = indptr_all[indptr_off[i] : indptr_off[i + 1]].astype(np.int32)
+            cols = indices_all[indices_off[i] : indices_off[i + 1]].astype(np.int32)
             assert len(indptr) == n_rows + 1 and len(cols) == nnz
-            out.append((str(names[i]), sp.csr_matrix((np.ones(nnz, np.float32), cols, indptr),
-                                                      shape=(n_rows, n_cols))))
+            out.append(
+                (
+                    str(names[i]),
+                    sp.csr_matrix((np.ones(nnz, np.float32), cols, indptr), shape=(n_rows, n_cols)),
+                )
+            )
     return out
 
 

@@ -1,4 +1,5 @@
 """CSR -> ME-BCRS on the GPU (kernels/mebcrs_build.cu explains the algorithm)."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,8 @@ _TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE
 def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     """(row_ptr int64, col_idx int32, perm int64, vec_mask uint8) of a canonical CSR pattern
     (indptr int64 [n_rows + 1], indices int64 [nnz], both on one GPU): the arrays of
-    flashgnn.format.build_pattern. One host synchronisation, for n_vectors and the segment totals."""
+    flashgnn.format.build_pattern. One host synchronisation, for n_vectors and the segment
+    totals."""
     device = indices.device
     n_rows, nnz = indptr.numel() - 1, indices.numel()
     n_windows = (n_rows + 7) // 8
@@ -24,22 +26,57 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     if nnz:
         first = torch.empty(nnz, dtype=torch.uint8, device=device)
         blocks = ((nnz + _TILE - 1) // _TILE,)
-        launch(SOURCE, "fg::mark_first", device, blocks, (_THREADS,),
-               ptr(indptr), ptr(indices), ptr(first), n_rows, nnz)
+        launch(
+            SOURCE,
+            "fg::mark_first",
+            device,
+            blocks,
+            (_THREADS,),
+            ptr(indptr),
+            ptr(indices),
+            ptr(first),
+            n_rows,
+            nnz,
+        )
         torch.cumsum(first, 0, dtype=torch.int64, out=offs[1:])
     row_ptr = torch.empty(n_windows + 1, dtype=torch.int64, device=device)
-    launch(SOURCE, "fg::window_starts", device, stride_blocks(n_windows + 1, _THREADS), (_THREADS,),
-           ptr(indptr), ptr(offs), n_rows, n_windows, ptr(row_ptr))
-    totals = segment_totals_cuda(row_ptr)  # read with n_vectors, so segments need no read of their own
+    launch(
+        SOURCE,
+        "fg::window_starts",
+        device,
+        stride_blocks(n_windows + 1, _THREADS),
+        (_THREADS,),
+        ptr(indptr),
+        ptr(offs),
+        n_rows,
+        n_windows,
+        ptr(row_ptr),
+    )
+    totals = segment_totals_cuda(
+        row_ptr
+    )  # read with n_vectors, so segments need no read of their own
     n_vectors, *counts = torch.cat([row_ptr[-1:], totals]).tolist()
     remember_totals(row_ptr, counts)
     col_idx = torch.empty(n_vectors, dtype=torch.int32, device=device)
     vec_mask = torch.empty(n_vectors, dtype=torch.uint8, device=device)
     perm = torch.empty(nnz, dtype=torch.int64, device=device)
     if nnz:
-        launch(SOURCE, "fg::place_nonzeros", device, blocks, (_THREADS,),
-               ptr(indptr), ptr(indices), ptr(offs), ptr(col_idx), ptr(vec_mask), ptr(perm),
-               n_rows, nnz, k.bit_length() - 1)
+        launch(
+            SOURCE,
+            "fg::place_nonzeros",
+            device,
+            blocks,
+            (_THREADS,),
+            ptr(indptr),
+            ptr(indices),
+            ptr(offs),
+            ptr(col_idx),
+            ptr(vec_mask),
+            ptr(perm),
+            n_rows,
+            nnz,
+            k.bit_length() - 1,
+        )
     return row_ptr, col_idx, perm, vec_mask
 
 

@@ -1,5 +1,6 @@
 """On-disk cache of compiled cubins, keyed by source hash, architecture, options and NVRTC
 version. Writes are atomic (temporary file + rename), so concurrent compiles are safe."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ from pathlib import Path
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("FLASHGNN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flashgnn")
+    root = os.environ.get("FLASHGNN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "flashgnn"
+    )
     return Path(root)
 
 

@@ -1,6 +1,7 @@
 """``python -m flashgnn.cuda --check --arch sm_80,sm_90``: check every kernel's signature
 against its declared parameters, compile every kernel for each architecture with NVRTC (no GPU
 needed) and report registers and spills."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,10 @@ def check(archs: list[str], use_cache: bool) -> int:
     for problem in problems:
         print(f"signature FAILED: {problem}", file=sys.stderr)
     failures = len(problems)
-    print(f"{'arch':<7} {'source':<20} {'kernel':<52} {'regs':>5} {'spill st':>9} {'spill ld':>9} {'stack':>6}")
+    print(
+        f"{'arch':<7} {'source':<20} {'kernel':<52} {'regs':>5} {'spill st':>9} {'spill ld':>9} "
+        f"{'stack':>6}"
+    )
     for arch in archs:
         for src in SOURCES.values():
             try:
@@ -40,7 +44,11 @@ def check(archs: list[str], use_cache: bool) -> int:
             res = resources_by_symbol(compiled.log)
             for name, mangled in compiled.symbols.items():
                 r = res.get(mangled)
-                cols = f"{r.registers:>5} {r.spill_stores:>9} {r.spill_loads:>9} {r.stack:>6}" if r else "    (not reported)"
+                cols = (
+                    f"{r.registers:>5} {r.spill_stores:>9} {r.spill_loads:>9} {r.stack:>6}"
+                    if r
+                    else "    (not reported)"
+                )
                 print(f"{arch:<7} {src.file:<20} {name:<52} {cols}")
     print("FAILED" if failures else "all kernels compiled")
     return 1 if failures else 0
@@ -48,8 +56,11 @@ def check(archs: list[str], use_cache: bool) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m flashgnn.cuda", description=__doc__)
-    p.add_argument("--check", action="store_true",
-                   help="check kernel signatures, compile every kernel and report resources")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check kernel signatures, compile every kernel and report resources",
+    )
     p.add_argument("--arch", default="sm_80,sm_90", help="comma-separated architectures")
     p.add_argument("--no-cache", action="store_true", help="ignore the on-disk cache")
     args = p.parse_args(argv)

@@ -1,4 +1,5 @@
 """NVRTC compilation through cuda.core. Needs no GPU: the architecture is named."""
+
 from __future__ import annotations
 
 import hashlib
@@ -42,24 +43,35 @@ def compile_source(src: KernelSource, arch: str, use_cache: bool = True) -> Comp
     if not re.fullmatch(r"sm_\d+a?", arch):
         raise ValueError(f"architecture must look like 'sm_90', got {arch!r}")
     cc = _import_cuda_core()
-    key_text = "|".join([src.file, src.digest(), arch, OPTIONS_VERSION, nvrtc_version(), *src.name_expressions])
-    key = f"{src.file.removesuffix('.cu')}-{arch}-{hashlib.sha256(key_text.encode()).hexdigest()[:24]}"
+    key_text = "|".join(
+        [src.file, src.digest(), arch, OPTIONS_VERSION, nvrtc_version(), *src.name_expressions]
+    )
+    digest = hashlib.sha256(key_text.encode()).hexdigest()[:24]
+    key = f"{src.file.removesuffix('.cu')}-{arch}-{digest}"
     if use_cache:
         hit = cache.load(key)
         if hit is not None:
             cubin, meta = hit
             return Compiled(cubin, meta["symbols"], meta["log"])
     options = cc.ProgramOptions(
-        name=src.file, arch=arch, std="c++17", include_path=[str(kernel_dir())],
-        ptxas_options=["-v"], lineinfo=True,
+        name=src.file,
+        arch=arch,
+        std="c++17",
+        include_path=[str(kernel_dir())],
+        ptxas_options=["-v"],
+        lineinfo=True,
     )
     log = io.StringIO()
     try:
         program = cc.Program(src.text(), "c++", options)
         obj = program.compile("cubin", name_expressions=src.name_expressions, logs=log)
     except Exception as e:
-        raise RuntimeError(f"NVRTC failed to compile {src.file} for {arch}:\n{e}\n{log.getvalue()}") from e
-    symbols = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in obj.symbol_mapping.items()}
+        raise RuntimeError(
+            f"NVRTC failed to compile {src.file} for {arch}:\n{e}\n{log.getvalue()}"
+        ) from e
+    symbols = {
+        k: (v.decode() if isinstance(v, bytes) else v) for k, v in obj.symbol_mapping.items()
+    }
     result = Compiled(bytes(obj.code), symbols, log.getvalue())
     cache.store(key, result.cubin, {"symbols": symbols, "log": result.log})
     return result
@@ -83,7 +95,9 @@ def resources_by_symbol(log: str) -> dict[str, Resources]:
         if m:
             current = m.group(1)
             continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        m = re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
+        )
         if m and current:
             frame = tuple(int(g) for g in m.groups())
             continue

@@ -4,6 +4,7 @@ once into the ``struct.Struct`` that packs a launch's arguments into 8-byte slot
 The packing itself checks the arguments: a wrong count, a float for an integer, or an integer
 out of its C type's range raises (``KernelParams.mismatch`` turns that into a clear error),
 where positional slots of one integer type would pass them to the kernel as wrong memory."""
+
 from __future__ import annotations
 
 import re
@@ -35,8 +36,10 @@ def slot_code(ctype: str) -> str:
         return SCALAR_CODES[ctype]
     if _POINTER.fullmatch(ctype):
         return POINTER_CODE
-    raise ValueError(f"unknown kernel parameter type {ctype!r}: a pointer ('[const ]type*') or "
-                     f"one of {', '.join(SCALAR_CODES)}")
+    raise ValueError(
+        f"unknown kernel parameter type {ctype!r}: a pointer ('[const ]type*') or "
+        f"one of {', '.join(SCALAR_CODES)}"
+    )
 
 
 class KernelParams:
@@ -51,8 +54,9 @@ class KernelParams:
         if bad or len(set(names)) != len(names):
             raise ValueError(f"kernel parameter names must be distinct identifiers, got {names}")
         if len(params) > MAX_PARAMS:
-            raise ValueError(f"a kernel takes at most {MAX_PARAMS} parameters here, "
-                             f"got {len(params)}")
+            raise ValueError(
+                f"a kernel takes at most {MAX_PARAMS} parameters here, got {len(params)}"
+            )
         self.params = tuple((name, ctype) for name, ctype in params)
         self.struct = struct.Struct("<" + "".join(slot_code(ctype) for _, ctype in params))
 
@@ -79,5 +83,7 @@ class KernelParams:
                 except (struct.error, OverflowError) as e:
                     what = f"argument {i} ({name}: {ctype}) cannot be {arg!r}: {e}"
                     break
-        return ValueError(f"flashgnn: launching {kernel}: {what}; its parameters are ({declared}), "
-                          f"the arguments were {args}")
+        return ValueError(
+            f"flashgnn: launching {kernel}: {what}; its parameters are ({declared}), "
+            f"the arguments were {args}"
+        )

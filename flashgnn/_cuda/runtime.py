@@ -1,5 +1,6 @@
 """Loading compiled kernels on the current device and launching them on the current torch
 stream."""
+
 from __future__ import annotations
 
 import ctypes
@@ -20,7 +21,9 @@ MIN_CAPABILITY = (8, 0)
 # FLASHGNN_DEPENDENT_LAUNCH=0 turns it off (profiling, A/B timings).
 DEPENDENT_LAUNCH_CAPABILITY = (9, 0)
 DEPENDENT_LAUNCH = os.environ.get("FLASHGNN_DEPENDENT_LAUNCH", "1") != "0"
-MAX_GRID_BLOCKS = 1 << 16  # grid-stride kernels: enough blocks to fill any GPU; threads loop over the rest
+MAX_GRID_BLOCKS = (
+    1 << 16
+)  # grid-stride kernels: enough blocks to fill any GPU; threads loop over the rest
 
 
 def stride_blocks(items: int, threads: int) -> tuple[int]:
@@ -32,17 +35,20 @@ def stride_blocks(items: int, threads: int) -> tuple[int]:
 def require_device(device: torch.device) -> int:
     """Index of a usable CUDA device, or a clear error."""
     if not torch.cuda.is_available():
-        raise RuntimeError("flashgnn: no CUDA device is available (no GPU, or no driver); use CPU tensors")
+        raise RuntimeError(
+            "flashgnn: no CUDA device is available (no GPU, or no driver); use CPU tensors"
+        )
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _checked_index(index)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _checked_index(index: int) -> int:
     cap = torch.cuda.get_device_capability(index)
     if cap < MIN_CAPABILITY:
         raise RuntimeError(
-            f"flashgnn: {torch.cuda.get_device_name(index)} has compute capability {cap[0]}.{cap[1]}; "
+            f"flashgnn: {torch.cuda.get_device_name(index)} has compute capability "
+            f"{cap[0]}.{cap[1]}; "
             "the tensor-core kernels need 8.0 or newer (Ampere, Ada, Hopper)"
         )
     return index
@@ -61,7 +67,7 @@ def _device(index: int):
     return _thread.device
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(src: KernelSource, index: int):
     cc = _import_cuda_core()
     dev = _device(index)
@@ -71,7 +77,7 @@ def _module(src: KernelSource, index: int):
     return cc.ObjectCode.from_cubin(compiled.cubin, symbol_mapping=symbols)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel(src: KernelSource, name: str, index: int):
     """The kernel ``name`` (a declared name expression of ``src``) on device ``index``."""
     return _module(src, index).get_kernel(name)
@@ -126,7 +132,9 @@ class _Parameters(threading.local):
             from cuda.bindings import driver
 
             attribute = driver.CUlaunchAttribute()
-            attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.id = (
+                driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            )
             attribute.value.programmaticStreamSerializationAllowed = 1
             config = self.config = driver.CUlaunchConfig()
             config.attrs = [attribute]
@@ -141,8 +149,16 @@ class _Parameters(threading.local):
 _parameters = _Parameters()
 
 
-def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, block: tuple, *args,
-           shmem: int = 0, stream: int | None = None) -> None:
+def launch(
+    src: KernelSource,
+    name: str,
+    device: torch.device,
+    grid: tuple,
+    block: tuple,
+    *args,
+    shmem: int = 0,
+    stream: int | None = None,
+) -> None:
     """Launch ``name`` from ``src`` on the current torch stream of ``device`` (``stream``: its
     raw handle, when the caller has already looked it up).
 
@@ -166,7 +182,9 @@ def launch(src: KernelSource, name: str, device: torch.device, grid: tuple, bloc
     params = _parameters.packed(name, src.params[name], args)
     cu_launch_kernel, cu_launch_kernel_ex, success = _launch_api()
     if dependent:
-        (err,) = cu_launch_kernel_ex(_parameters.dependent_config(grid, block, shmem, stream), function, params, 0)
+        (err,) = cu_launch_kernel_ex(
+            _parameters.dependent_config(grid, block, shmem, stream), function, params, 0
+        )
     else:
         (err,) = cu_launch_kernel(function, *grid, *block, shmem, stream, params, 0)
     if err != success:
@@ -187,10 +205,11 @@ def _launch_api():
     """(cuLaunchKernel, cuLaunchKernelEx, CUDA_SUCCESS) from cuda.bindings, imported at the
     first launch."""
     from cuda.bindings import driver
+
     return driver.cuLaunchKernel, driver.cuLaunchKernelEx, driver.CUresult.CUDA_SUCCESS
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel_on(src: KernelSource, name: str, index: int):
     """(``kernel`` as a CUfunction, whether it is launched as a programmatic dependent) after
     the device checks of ``require_device``; cached, as the launch path runs it on every call."""
@@ -200,6 +219,9 @@ def _kernel_on(src: KernelSource, name: str, index: int):
     k = kernel(src, name, index)
     # a CUkernel (cuda.core >= 0.3 loads libraries) or a CUfunction: cuLaunchKernel takes both
     handle = k.handle if hasattr(k, "handle") else k._handle
-    dependent = (DEPENDENT_LAUNCH and src.waits_for_previous_kernel
-                 and torch.cuda.get_device_capability(index) >= DEPENDENT_LAUNCH_CAPABILITY)
+    dependent = (
+        DEPENDENT_LAUNCH
+        and src.waits_for_previous_kernel
+        and torch.cuda.get_device_capability(index) >= DEPENDENT_LAUNCH_CAPABILITY
+    )
     return driver.CUfunction(int(handle)), dependent

@@ -16,6 +16,7 @@ benchmarks/segment_order.py repeats them).
 
 Nothing depends on the order: a split window's partial sums sit in its own workspace slots
 (``part``), summed in slot order, so every order gives the same bits."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -47,7 +48,10 @@ COLUMN_ORDER_WINDOW_VECTORS = 512
 
 def column_ordered(n_vectors: int, n_windows: int) -> bool:
     """Whether segments of a pattern of this size are ordered by column."""
-    return n_vectors >= COLUMN_ORDER_MIN_VECTORS and n_vectors >= COLUMN_ORDER_WINDOW_VECTORS * n_windows
+    return (
+        n_vectors >= COLUMN_ORDER_MIN_VECTORS
+        and n_vectors >= COLUMN_ORDER_WINDOW_VECTORS * n_windows
+    )
 
 
 def default_seg_vectors(n_vectors: int, shortest: int = MIN_SEG_VECTORS) -> int:
@@ -59,18 +63,20 @@ def default_seg_vectors(n_vectors: int, shortest: int = MIN_SEG_VECTORS) -> int:
 
 @dataclass
 class Segments:
-    window: torch.Tensor       # int32 [n_segments]
-    begin: torch.Tensor        # int32 [n_segments], first vector relative to the window
-    first: torch.Tensor        # int64 [n_segments], first vector of the format (row_ptr[window] + begin)
-    count: torch.Tensor        # int32 [n_segments], vectors in the segment
-    part: torch.Tensor         # int32 [n_segments], workspace slot of a split window's segment, or -1
-    split: torch.Tensor        # int32 [n_segments], index of a split window's segment among split windows, or -1
+    window: torch.Tensor  # int32 [n_segments]
+    begin: torch.Tensor  # int32 [n_segments], first vector relative to the window
+    first: torch.Tensor  # int64 [n_segments], first vector of the format (row_ptr[window] + begin)
+    count: torch.Tensor  # int32 [n_segments], vectors in the segment
+    part: torch.Tensor  # int32 [n_segments], workspace slot of a split window's segment, or -1
+    split: (
+        torch.Tensor
+    )  # int32 [n_segments], index of a split window's segment among split windows, or -1
     split_window: torch.Tensor  # int32 [n_split], windows cut into several segments
-    split_part: torch.Tensor   # int32 [n_split], workspace slot of their first segment
+    split_part: torch.Tensor  # int32 [n_split], workspace slot of their first segment
     split_count: torch.Tensor  # int32 [n_split], their number of segments
     seg_vectors: int
-    n_parts: int               # workspace slots: segments of split windows
-    most_parts: int            # segments of the longest window
+    n_parts: int  # workspace slots: segments of split windows
+    most_parts: int  # segments of the longest window
     # a kernel reading these tables has been launched since they were built: later launches
     # may read them, and their pattern's columns and masks, before waiting for the kernel ahead
     # of them (the preamble of kernels/common.cuh's programmatic dependent launch)
@@ -101,10 +107,18 @@ class Segments:
         hit = self._longer.get(parts)
         if hit is None and (parts == 0 or parts >= self.most_parts):
             keep = slice(None) if parts == 0 else slice(0)
-            hit = self._longer[parts] = (self.split_window[keep], self.split_part[keep], self.split_count[keep])
+            hit = self._longer[parts] = (
+                self.split_window[keep],
+                self.split_part[keep],
+                self.split_count[keep],
+            )
         elif hit is None:
             keep = torch.nonzero(self.split_count > parts).flatten()
-            hit = self._longer[parts] = (self.split_window[keep], self.split_part[keep], self.split_count[keep])
+            hit = self._longer[parts] = (
+                self.split_window[keep],
+                self.split_part[keep],
+                self.split_count[keep],
+            )
         return hit
 
     def counters(self, chunks: int, stream: int) -> torch.Tensor:
@@ -114,8 +128,9 @@ class Segments:
         key = (chunks, stream)
         hit = self._counters.get(key)
         if hit is None:
-            hit = self._counters[key] = torch.zeros(max(self.n_split * chunks, 1), dtype=torch.int32,
-                                                    device=self.window.device)
+            hit = self._counters[key] = torch.zeros(
+                max(self.n_split * chunks, 1), dtype=torch.int32, device=self.window.device
+            )
         return hit
 
 
@@ -130,26 +145,49 @@ def segment_totals_cuda(row_ptr: torch.Tensor) -> torch.Tensor:
     totals = torch.zeros(4 * len(TOTALS_SIZES), dtype=torch.int64, device=row_ptr.device)
     n_windows = row_ptr.numel() - 1
     if n_windows:
-        launch(SOURCE, "fg::segment_totals", row_ptr.device, stride_blocks(n_windows, _THREADS), (_THREADS,),
-               ptr(row_ptr), n_windows, ptr(totals))
+        launch(
+            SOURCE,
+            "fg::segment_totals",
+            row_ptr.device,
+            stride_blocks(n_windows, _THREADS),
+            (_THREADS,),
+            ptr(row_ptr),
+            n_windows,
+            ptr(totals),
+        )
     return totals
 
 
 def remember_totals(row_ptr: torch.Tensor, totals: list[int]) -> None:
     """Keep ``segment_totals_cuda``'s values, read, for the segments of ``row_ptr`` built later."""
-    _TOTALS.set(row_ptr, {seg: tuple(totals[4 * i:4 * i + 4]) for i, seg in enumerate(TOTALS_SIZES)})
+    _TOTALS.set(
+        row_ptr, {seg: tuple(totals[4 * i : 4 * i + 4]) for i, seg in enumerate(TOTALS_SIZES)}
+    )
 
 
-def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None) -> Segments:
+def _build(
+    row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None = None
+) -> Segments:
     """Segments longest first, or by the column of their first vector when ``col_idx`` is given
     (kernels/segments.cu). A few launches and one host synchronisation, none when the format
     builder read the totals: a mini-batch builds segments for new blocks every step."""
     device = row_ptr.device
     n_windows = row_ptr.numel() - 1
-    sizes = (torch.empty if n_windows else torch.zeros)(3, max(n_windows, 1), dtype=torch.int64, device=device)
+    sizes = (torch.empty if n_windows else torch.zeros)(
+        3, max(n_windows, 1), dtype=torch.int64, device=device
+    )
     if n_windows:
-        launch(SOURCE, "fg::segment_sizes", device, stride_blocks(n_windows, _THREADS), (_THREADS,),
-               ptr(row_ptr), n_windows, seg_vectors, ptr(sizes))
+        launch(
+            SOURCE,
+            "fg::segment_sizes",
+            device,
+            stride_blocks(n_windows, _THREADS),
+            (_THREADS,),
+            ptr(row_ptr),
+            n_windows,
+            seg_vectors,
+            ptr(sizes),
+        )
     known = (_TOTALS.get(row_ptr) or {}).get(seg_vectors)
     if known is None:
         most_parts = sizes[0].max()
@@ -162,19 +200,46 @@ def _build(row_ptr: torch.Tensor, seg_vectors: int, col_idx: torch.Tensor | None
     first = torch.empty(n_segments, dtype=torch.int64, device=device)
     split_table = torch.empty(3, n_split, dtype=torch.int32, device=device)
     if n_segments:
-        launch(SOURCE, "fg::segment_fill", device, stride_blocks(n_segments, _THREADS), (_THREADS,),
-               ptr(row_ptr), ptr(sizes), n_windows, n_segments, n_split, seg_vectors,
-               0 if col_idx is None else ptr(col_idx), 0 if col_idx is None else col_idx.numel(),
-               ptr(table), ptr(first), ptr(split_table))
+        launch(
+            SOURCE,
+            "fg::segment_fill",
+            device,
+            stride_blocks(n_segments, _THREADS),
+            (_THREADS,),
+            ptr(row_ptr),
+            ptr(sizes),
+            n_windows,
+            n_segments,
+            n_split,
+            seg_vectors,
+            0 if col_idx is None else ptr(col_idx),
+            0 if col_idx is None else col_idx.numel(),
+            ptr(table),
+            ptr(first),
+            ptr(split_table),
+        )
     order = torch.argsort(table[5], stable=True)
     window, begin, count, part, split = table[:5, order]
     split_window, split_part, split_count = split_table
-    return Segments(window, begin, first[order], count, part, split, split_window, split_part, split_count,
-                    seg_vectors, n_parts, most_parts)
+    return Segments(
+        window,
+        begin,
+        first[order],
+        count,
+        part,
+        split,
+        split_window,
+        split_part,
+        split_count,
+        seg_vectors,
+        n_parts,
+        most_parts,
+    )
 
 
-def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
-                 col_idx: torch.Tensor | None = None) -> Segments:
+def segments_for(
+    row_ptr: torch.Tensor, seg_vectors: int | None = None, col_idx: torch.Tensor | None = None
+) -> Segments:
     """Segments of the windows of ``row_ptr`` (cached while that tensor lives) of ``seg_vectors``
     vectors, by default ``default_seg_vectors(n_vectors)``; ordered by column when ``col_idx``
     (the pattern's) is given and ``column_ordered`` says so. Only a cache miss synchronises, and
@@ -185,7 +250,12 @@ def segments_for(row_ptr: torch.Tensor, seg_vectors: int | None = None,
         built = _CACHE.set(row_ptr, {})
     seg = built.get((seg_vectors, by_column))
     if seg is None:
-        seg = built[seg_vectors, by_column] = built_for_reuse(lambda: _build(
-            row_ptr, seg_vectors or default_seg_vectors(int(row_ptr[-1]) if col_idx is None else col_idx.numel()),
-            col_idx if by_column else None))
+        seg = built[seg_vectors, by_column] = built_for_reuse(
+            lambda: _build(
+                row_ptr,
+                seg_vectors
+                or default_seg_vectors(int(row_ptr[-1]) if col_idx is None else col_idx.numel()),
+                col_idx if by_column else None,
+            )
+        )
     return seg

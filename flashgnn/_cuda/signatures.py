@@ -1,6 +1,7 @@
 """The signatures of the ``__global__`` kernels as kernels/*.cu writes them, read without a
 compiler, and their comparison with the Python declarations (declarations.py): a parameter
 added, dropped, renamed, retyped or moved on either side is reported before any launch."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,10 @@ from .params import KernelParams
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?![\w(])[ \t]*(.*)$", re.MULTILINE)
 # __global__ void [__launch_bounds__(...)] name( -- the bounds may hold one level of parentheses
-_KERNEL = re.compile(r"__global__\s+void\s+"
-                     r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?(\w+)\s*\(")
+_KERNEL = re.compile(
+    r"__global__\s+void\s+"
+    r"(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?(\w+)\s*\("
+)
 _TEMPLATE = re.compile(r"template\s*<([^{};]*)>\s*$")
 _TYPE_PARAM = re.compile(r"\b(?:typename|class)\s+(\w+)")
 _WORD = re.compile(r"\b\w+\b")
@@ -76,8 +79,9 @@ def normal_type(ctype: str, type_params: set[str]) -> str:
     return f"{'const ' if const else ''}{base}{'*' * stars}"
 
 
-def kernel_signatures(text: str, macros: dict[str, str] | None = None
-                      ) -> dict[str, list[tuple[str, str]]]:
+def kernel_signatures(
+    text: str, macros: dict[str, str] | None = None
+) -> dict[str, list[tuple[str, str]]]:
     """Kernel name -> its parameters ``(name, C type)`` (``normal_type``) for every ``__global__``
     function of a .cu file's ``text``; object-like macros (the file's and ``macros``) are
     expanded in parameter lists."""
@@ -87,11 +91,11 @@ def kernel_signatures(text: str, macros: dict[str, str] | None = None
     for m in _KERNEL.finditer(code):
         name = m.group(1)
         open_at = m.end() - 1
-        params = code[open_at + 1:_closing(code, open_at)]
+        params = code[open_at + 1 : _closing(code, open_at)]
         for _ in range(8):  # macros naming macros
             params = _WORD.sub(lambda w: defined.get(w.group(0), w.group(0)), params)
-        head = code[:m.start()]
-        head = head[max(head.rfind(c) for c in ";{}") + 1:]
+        head = code[: m.start()]
+        head = head[max(head.rfind(c) for c in ";{}") + 1 :]
         template = _TEMPLATE.search(head)
         type_params = set(_TYPE_PARAM.findall(template.group(1))) if template else set()
         if name in found:
@@ -108,6 +112,7 @@ def kernel_signatures(text: str, macros: dict[str, str] | None = None
 def differences(kernel: str, declared: KernelParams, actual: list[tuple[str, str]]) -> list[str]:
     """How ``declared`` differs from the kernel's parameters ``actual``: one line per parameter
     whose name or type differs at its position, and one for the counts; empty when they agree."""
+
     def show(param: tuple[str, str] | None) -> str:
         return "nothing" if param is None else f"{param[0]}: {param[1]}"
 
@@ -116,8 +121,9 @@ def differences(kernel: str, declared: KernelParams, actual: list[tuple[str, str
         want = declared.params[i] if i < len(declared) else None
         got = actual[i] if i < len(actual) else None
         if want != got:
-            out.append(f"{kernel}: parameter {i} is declared {show(want)}, "
-                       f"the kernel has {show(got)}")
+            out.append(
+                f"{kernel}: parameter {i} is declared {show(want)}, the kernel has {show(got)}"
+            )
     if len(declared) != len(actual):
         out.append(f"{kernel}: {len(declared)} parameters declared, the kernel has {len(actual)}")
     return out

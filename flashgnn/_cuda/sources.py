@@ -1,4 +1,5 @@
 """Where the CUDA C++ sources live, and what they must be compiled into."""
+
 from __future__ import annotations
 
 import functools
@@ -57,8 +58,10 @@ class KernelSource:
         for expression in self.name_expressions:
             kernel = expression.split("<", 1)[0].rsplit("::", 1)[-1].strip()
             if kernel not in declared:
-                raise ValueError(f"{self.file}: {expression} has no declared parameters "
-                                 "(flashgnn/_cuda/declarations.py)")
+                raise ValueError(
+                    f"{self.file}: {expression} has no declared parameters "
+                    "(flashgnn/_cuda/declarations.py)"
+                )
             out[expression] = declared[kernel]
         return out
 
@@ -75,8 +78,9 @@ _KERNEL_HEAD = re.compile(r"__global__[^{]*\{\s*(fg::)?wait_for_previous_kernel\
 
 
 def kernels_wait_first(text: str) -> bool:
-    """Whether ``text`` has kernels and every one's body begins with ``wait_for_previous_kernel(...);``
-    (with a preamble flag, the kernel's first wait may come later: common.cuh)."""
+    """Whether ``text`` has kernels and every one's body begins with
+    ``wait_for_previous_kernel(...);`` (with a preamble flag, the kernel's first wait may come
+    later: common.cuh)."""
     kernels = text.count("__global__")
     return kernels > 0 and len(_KERNEL_HEAD.findall(text)) == kernels
 

@@ -1,4 +1,5 @@
 """Launchers of the tensor-core SpMM (kernels/spmm.cu)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -37,6 +38,7 @@ class GatAttention(NamedTuple):
     P on the softmax's pattern, or with ``transposed`` P^T on A^T's, from el float32 [n_cols
     of the softmax's A] and ``gat_softmax_cuda``'s row records (float32 [8 * n_windows of that
     A, 4]); each value has the bits the softmax kernels store."""
+
     el: torch.Tensor
     row_info: torch.Tensor
     slope: float
@@ -49,17 +51,29 @@ GAT_BLOCK_WIDTH = {"fp16": 8, "bf16": 8, "tf32": 4}
 _GAT_VALUES = {None: "", False: ", fg::GAT_P", True: ", fg::GAT_P_T"}  # by GatAttention.transposed
 
 
-def _kernel_name(precision: str, k: int, out_dtype: torch.dtype, lane_features: int,
-                 gat_transposed: bool | None = None) -> str:
-    return (f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}"
-            f"{_GAT_VALUES[gat_transposed]}>")
+def _kernel_name(
+    precision: str,
+    k: int,
+    out_dtype: torch.dtype,
+    lane_features: int,
+    gat_transposed: bool | None = None,
+) -> str:
+    return (
+        f"fg::spmm_tc<{_PRECISION_ID[precision]}, {k}, {TAG[out_dtype]}, {lane_features}"
+        f"{_GAT_VALUES[gat_transposed]}>"
+    )
 
 
 SOURCE = register(
     "spmm.cu",
     [_kernel_name(p, k, d, f) for p in STORAGE for k in (8, 4) for d in TAG for f in (2, 4, 8)]
-    + [_kernel_name(p, k, d, f, t) for p, k in GAT_BLOCK_WIDTH.items() for d in TAG for f in (2, 4, 8)
-       for t in (False, True)]
+    + [
+        _kernel_name(p, k, d, f, t)
+        for p, k in GAT_BLOCK_WIDTH.items()
+        for d in TAG
+        for f in (2, 4, 8)
+        for t in (False, True)
+    ]
     + [f"fg::spmm_reduce<{tag}>" for tag in TAG.values()],
 )
 
@@ -126,10 +140,23 @@ def chunk_warps(chunks: int, ways: int) -> int:
     return min(1 if chunks == 1 else 2 if chunks == 2 else WARPS_PER_BLOCK, WARPS_PER_BLOCK // ways)
 
 
-def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str,
-                     out_dtype: torch.dtype, *, seg_vectors: int | None = None,
-                     fuse_max_parts: int = FUSE_MAX_PARTS, features: int | None = None,
-                     ways: int | None = None, gat: GatAttention | None = None) -> torch.Tensor:
+def spmm_tensor_core(
+    row_ptr,
+    col_idx,
+    vec_mask,
+    values,
+    x,
+    n_rows: int,
+    k: int,
+    precision: str,
+    out_dtype: torch.dtype,
+    *,
+    seg_vectors: int | None = None,
+    fuse_max_parts: int = FUSE_MAX_PARTS,
+    features: int | None = None,
+    ways: int | None = None,
+    gat: GatAttention | None = None,
+) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
     With ``gat`` (at the block width of GAT_BLOCK_WIDTH) A's values are GAT's attention,
@@ -144,15 +171,23 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
         gat_args = (0, 0, 0.0)
     else:
         if GAT_BLOCK_WIDTH.get(precision) != k:
-            raise ValueError(f"spmm: GAT's attention is computed for fp16/bf16 at block width 8 and tf32 at 4, got "
-                             f"{precision} at k = {k}")
-        # P: el per column (X's rows), a record per row of A's windows; P^T: el per row, a record per column
-        el_rows, records = (n_rows, x.shape[0]) if gat.transposed else (x.shape[0], 8 * (row_ptr.numel() - 1))
+            raise ValueError(
+                f"spmm: GAT's attention is computed for fp16/bf16 at block width 8 and tf32 at "
+                f"4, got "
+                f"{precision} at k = {k}"
+            )
+        # P: el per column (X's rows), a record per row of A's windows; P^T: el per row, a record
+        # per column
+        el_rows, records = (
+            (n_rows, x.shape[0]) if gat.transposed else (x.shape[0], 8 * (row_ptr.numel() - 1))
+        )
         info = gat.row_info
         enough = info.shape[0] >= records if gat.transposed else info.shape[0] == records
         if gat.el.shape != (el_rows,) or info.dim() != 2 or info.shape[1] != 4 or not enough:
-            raise ValueError(f"spmm: GAT's el must be [{el_rows}] and its row records [{records}, 4], got "
-                             f"{tuple(gat.el.shape)} and {tuple(info.shape)}")
+            raise ValueError(
+                f"spmm: GAT's el must be [{el_rows}] and its row records [{records}, 4], got "
+                f"{tuple(gat.el.shape)} and {tuple(info.shape)}"
+            )
         # contiguous (a GAT layer's el is often a strided view), held through the launch
         el, row_info = operand(gat.el, torch.float32), operand(gat.row_info, torch.float32)
         gat_args = (ptr(el), ptr(row_info), gat.slope)
@@ -176,18 +211,45 @@ def spmm_tensor_core(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
     segments_per_block = WARPS_PER_BLOCK // per_segment
     chunk_groups = -(-chunks // per_way)
     segment_groups = -(-seg.n_segments // segments_per_block)
-    staged_bytes = 5 + 8 * STORAGE[precision].itemsize  # a column index, a mask and 8 values per vector
-    way_bytes = WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0  # fp32 sums of every lane
+    staged_bytes = (
+        5 + 8 * STORAGE[precision].itemsize
+    )  # a column index, a mask and 8 values per vector
+    way_bytes = (
+        WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0
+    )  # fp32 sums of every lane
     stream = current_stream(x.device)
-    kernel = _kernel_name(precision, k, out_dtype, features, None if gat is None else gat.transposed)
+    kernel = _kernel_name(
+        precision, k, out_dtype, features, None if gat is None else gat.transposed
+    )
     dependent = launched_dependent(SOURCE, kernel, x.device)
     preamble = preamble_for(seg, vals, dependent)
-    launch(SOURCE, kernel, x.device, (segment_groups, chunk_groups), (32 * WARPS_PER_BLOCK,),
-           ptr(col_idx), 0 if vals is None else ptr(vals), ptr(vec_mask),
-           *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
-           ptr(workspace), ptr(seg.counters(chunks, stream)), fuse_max, seg.n_segments, seg.seg_vectors,
-           per_segment, ways, n_rows, n, aligned, preamble, ptr(xs), ptr(out), *gat_args,
-           shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes, stream=stream)
+    launch(
+        SOURCE,
+        kernel,
+        x.device,
+        (segment_groups, chunk_groups),
+        (32 * WARPS_PER_BLOCK,),
+        ptr(col_idx),
+        0 if vals is None else ptr(vals),
+        ptr(vec_mask),
+        *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
+        ptr(workspace),
+        ptr(seg.counters(chunks, stream)),
+        fuse_max,
+        seg.n_segments,
+        seg.seg_vectors,
+        per_segment,
+        ways,
+        n_rows,
+        n,
+        aligned,
+        preamble,
+        ptr(xs),
+        ptr(out),
+        *gat_args,
+        shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes,
+        stream=stream,
+    )
     seg.launched = True
     if dependent and vals is not None and preamble != PATTERN_AND_VALUES:  # only preambles read it
         _VALUES_READ.set(vals, True)
@@ -212,8 +274,9 @@ def split_workspace(seg, n: int, out: torch.Tensor) -> torch.Tensor:
     return torch.empty(seg.n_parts * 8 * n, dtype=torch.float32, device=out.device)
 
 
-def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor,
-                         longer_than: int = 0) -> None:
+def reduce_split_windows(
+    seg, workspace: torch.Tensor, n_rows: int, out: torch.Tensor, longer_than: int = 0
+) -> None:
     """out's rows of the split windows of more than ``longer_than`` segments = the sums of their
     segments' partial sums in ``workspace`` (kernels/spmm.cu, spmm_reduce); nothing when there
     are none."""
@@ -224,5 +287,18 @@ def reduce_split_windows(seg, workspace: torch.Tensor, n_rows: int, out: torch.T
         return
     n = out.shape[1]
     total = windows.numel() * 8 * n
-    launch(SOURCE, f"fg::spmm_reduce<{TAG[out.dtype]}>", out.device, stride_blocks(total, 256), (256,),
-           ptr(workspace), ptr(windows), ptr(parts), ptr(counts), windows.numel(), n_rows, n, ptr(out))
+    launch(
+        SOURCE,
+        f"fg::spmm_reduce<{TAG[out.dtype]}>",
+        out.device,
+        stride_blocks(total, 256),
+        (256,),
+        ptr(workspace),
+        ptr(windows),
+        ptr(parts),
+        ptr(counts),
+        windows.numel(),
+        n_rows,
+        n,
+        ptr(out),
+    )

@@ -1,14 +1,15 @@
 """The exact fp32 SpMM on CUDA cores (kernels/spmm_fp32.cu), read from ME-BCRS: the CUDA
 path of ``precision="fp32"``, and of "tf32" where ``tf32_on_cuda_cores``. The kernel file says
 why it gathers through ME-BCRS, not CSR."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
 
-from . import spmm as tensor_core_spmm
 from ..pattern_nnz import pattern_nnz
+from . import spmm as tensor_core_spmm
 from .runtime import launch, operand, ptr
 from .segments import segments_for
 from .sources import register
@@ -30,8 +31,9 @@ _NARROW_LANES_BELOW = 250_000
 
 class Variant(NamedTuple):
     """Template choices of the kernel besides the lane layout (kernels/spmm_fp32.cu)."""
+
     in_flight: int  # gathers a lane keeps in flight, at most (steps of a batch issued together)
-    shared: bool    # sums in shared memory, else in registers
+    shared: bool  # sums in shared memory, else in registers
     prefetch: bool  # the next batch's vectors loaded while this one is summed
 
 
@@ -61,7 +63,9 @@ def kernel_variant(n: int, n_vectors: int, nnz: int, n_cols: int) -> Variant:
     n_cols columns (X's rows): the thresholds are fitted to an A/B of the variants over the
     real graphs at N = 32, 128 and 256 (docs/TUNING.md)."""
     per_vector = nnz / max(n_vectors, 1)
-    _, least_vectors, least_per_vector = next(row for row in _DENSE_FROM if row[0] is None or n <= row[0])
+    _, least_vectors, least_per_vector = next(
+        row for row in _DENSE_FROM if row[0] is None or n <= row[0]
+    )
     if n_vectors >= least_vectors and per_vector >= least_per_vector:
         return DENSE
     if n > _SHARED_SUMS_ABOVE:
@@ -86,9 +90,13 @@ _TF32_LANES = (8, 16, 32)
 TF32_LARGE_VECTORS = 1 << 20
 TF32_UP_TO = 32
 
-SOURCE = register("spmm_fp32.cu", dict.fromkeys(  # variants coincide below 8 lanes
-    [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS]
-    + [_kernel(4, lanes, v, tf32=True) for lanes in _TF32_LANES for v in VARIANTS]))
+SOURCE = register(
+    "spmm_fp32.cu",
+    dict.fromkeys(  # variants coincide below 8 lanes
+        [_kernel(vw, lanes, v) for vw in _FEATURES for lanes in _LANES for v in VARIANTS]
+        + [_kernel(4, lanes, v, tf32=True) for lanes in _TF32_LANES for v in VARIANTS]
+    ),
+)
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -122,9 +130,20 @@ def work_split(n: int, n_vectors: int, features: int) -> tuple[int | None, int]:
     return None, min(lanes, 16) if n_vectors < _NARROW_LANES_BELOW else lanes
 
 
-def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tensor, values: torch.Tensor,
-              x: torch.Tensor, n_rows: int, k: int, *, seg_vectors: int | None = None,
-              lanes: int | None = None, variant: Variant | None = None, precision: str = "fp32") -> torch.Tensor:
+def spmm_fp32(
+    row_ptr: torch.Tensor,
+    col_idx: torch.Tensor,
+    vec_mask: torch.Tensor,
+    values: torch.Tensor,
+    x: torch.Tensor,
+    n_rows: int,
+    k: int,
+    *,
+    seg_vectors: int | None = None,
+    lanes: int | None = None,
+    variant: Variant | None = None,
+    precision: str = "fp32",
+) -> torch.Tensor:
     """Y = A @ X in fp32 on the GPU, for A in ME-BCRS; with precision "tf32" (where
     ``tf32_on_cuda_cores``), x and the values rounded to tf32 as read.
 
@@ -137,15 +156,25 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     """
     if k not in (8, 4):
         raise ValueError(f"k must be 8 or 4, got {k}")
-    if row_ptr.dtype != torch.int64 or col_idx.dtype != torch.int32 or vec_mask.dtype != torch.uint8:
-        raise ValueError("row_ptr, col_idx and vec_mask must be int64, int32 and uint8, got "
-                         f"{row_ptr.dtype}, {col_idx.dtype} and {vec_mask.dtype}")
+    if (
+        row_ptr.dtype != torch.int64
+        or col_idx.dtype != torch.int32
+        or vec_mask.dtype != torch.uint8
+    ):
+        raise ValueError(
+            "row_ptr, col_idx and vec_mask must be int64, int32 and uint8, got "
+            f"{row_ptr.dtype}, {col_idx.dtype} and {vec_mask.dtype}"
+        )
     for name, t in (("values", values), ("x", x)):
         if t.dtype not in _CONVERTIBLE:
-            raise ValueError(f"{name} must be float32, float16 or bfloat16 (float64 takes the reference), "
-                             f"got {t.dtype}")
+            raise ValueError(
+                f"{name} must be float32, float16 or bfloat16 (float64 takes the reference), "
+                f"got {t.dtype}"
+            )
     if values.shape != (8 * col_idx.numel(),):
-        raise ValueError(f"values must have shape ({8 * col_idx.numel()},), got {tuple(values.shape)}")
+        raise ValueError(
+            f"values must have shape ({8 * col_idx.numel()},), got {tuple(values.shape)}"
+        )
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     n_windows = row_ptr.numel() - 1
@@ -170,8 +199,10 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
         raise ValueError(f"spmm_fp32: precision must be fp32 or tf32, got {precision!r}")
     tf32 = precision == "tf32"
     if tf32 and (features != 4 or lanes not in _TF32_LANES):
-        raise ValueError("spmm_fp32: tf32 takes 16-byte aligned x with N % 4 == 0 and N >= 32 "
-                         f"(8 lanes or more), got N = {n}, {lanes} lanes")
+        raise ValueError(
+            "spmm_fp32: tf32 takes 16-byte aligned x with N % 4 == 0 and N >= 32 "
+            f"(8 lanes or more), got N = {n}, {lanes} lanes"
+        )
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = tensor_core_spmm.split_workspace(seg, n, y)
     n_tiles = -(-n // (lanes * features))
@@ -179,9 +210,27 @@ def spmm_fp32(row_ptr: torch.Tensor, col_idx: torch.Tensor, vec_mask: torch.Tens
     variant = variant or kernel_variant(n, col_idx.numel(), pattern_nnz(vec_mask), x.shape[0])
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant}")
-    launch(SOURCE, _kernel(features, lanes, variant, tf32), device, (-(-warps // _WARPS),), (32 * _WARPS,),
-           ptr(row_ptr), ptr(col_idx), ptr(vec_mask), ptr(values), *seg.pointers("window", "begin", "part"),
-           seg.n_segments, seg.seg_vectors, k.bit_length() - 1, n_rows, n, n_tiles, ptr(x), ptr(y), ptr(workspace),
-           shmem=_WARPS * 8 * 32 * features * 4 if variant.shared else 0)
+    launch(
+        SOURCE,
+        _kernel(features, lanes, variant, tf32),
+        device,
+        (-(-warps // _WARPS),),
+        (32 * _WARPS,),
+        ptr(row_ptr),
+        ptr(col_idx),
+        ptr(vec_mask),
+        ptr(values),
+        *seg.pointers("window", "begin", "part"),
+        seg.n_segments,
+        seg.seg_vectors,
+        k.bit_length() - 1,
+        n_rows,
+        n,
+        n_tiles,
+        ptr(x),
+        ptr(y),
+        ptr(workspace),
+        shmem=_WARPS * 8 * 32 * features * 4 if variant.shared else 0,
+    )
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y

@@ -13,6 +13,7 @@ is at least 90% of the graphs. The 16x1 kernels give a window to one warp (no hu
 so on graphs with hub windows part of their time is load imbalance; MMAs and bytes compare the
 designs alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,14 +62,26 @@ class AblationRow:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--graphs", default="all",
-                   help="comma list of graph names, or real, generated, all (default all)")
+    p.add_argument(
+        "--graphs",
+        default="all",
+        help="comma list of graph names, or real, generated, all (default all)",
+    )
     p.add_argument("--precision", default="fp16", choices=("fp16", "bf16"))
-    p.add_argument("--quick", action="store_true",
-                   help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}")
-    p.add_argument("--check", action="store_true", help="check every result against float64 torch.sparse")
-    p.add_argument("--csv", type=Path, help="write every row to this CSV file (the environment beside it)")
-    p.add_argument("--markdown", type=Path, help="write the summary and every row to this Markdown file")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="check every result against float64 torch.sparse"
+    )
+    p.add_argument(
+        "--csv", type=Path, help="write every row to this CSV file (the environment beside it)"
+    )
+    p.add_argument(
+        "--markdown", type=Path, help="write the summary and every row to this Markdown file"
+    )
     add_run_arguments(p)
 
 
@@ -79,7 +92,9 @@ def _measure(row: AblationRow, timer: Timer, fn, check) -> None:
         row.ms = m.ms
         if check is not None:
             row.rel_err, problem = check(m.result)
-            if problem is None and not row.rel_err <= ERROR_BOUND[row.precision]:  # also catches NaN
+            if (
+                problem is None and not row.rel_err <= ERROR_BOUND[row.precision]
+            ):  # also catches NaN
                 problem = f"relative error {row.rel_err:.1e} above {ERROR_BOUND[row.precision]:.0e}"
             if problem:
                 row.error = f"check failed: {problem}"
@@ -89,8 +104,9 @@ def _measure(row: AblationRow, timer: Timer, fn, check) -> None:
             torch.cuda.empty_cache()
 
 
-def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str, check: bool,
-              seed: int) -> list[AblationRow]:
+def run_graph(
+    g: BenchGraph, device: torch.device, timer: Timer, precision: str, check: bool, seed: int
+) -> list[AblationRow]:
     """The rows of one graph: every (op, size) of PLAN on both formats."""
     gen = torch.Generator(device).manual_seed(seed)
     rows = []
@@ -98,15 +114,22 @@ def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str,
         indptr = torch.from_numpy(g.indptr).to(device)
         indices = torch.from_numpy(g.indices).to(device)
         values = torch.rand(g.nnz, generator=gen, device=device) + 0.5
-        formats = {v: MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes, device=device, vector=v)
-                   for v in VECTORS}
+        formats = {
+            v: MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes, device=device, vector=v)
+            for v in VECTORS
+        }
         csr64 = None
         if check:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
                 # one index dtype for both arrays: cuSPARSE reads them with one width
-                csr64 = torch.sparse_csr_tensor(indptr, indices.to(indptr.dtype), values.double(),
-                                                (g.num_nodes, g.num_nodes), check_invariants=False)
+                csr64 = torch.sparse_csr_tensor(
+                    indptr,
+                    indices.to(indptr.dtype),
+                    values.double(),
+                    (g.num_nodes, g.num_nodes),
+                    check_invariants=False,
+                )
         del indptr, indices
         storage = STORAGE[precision]
         for op, size in PLAN:
@@ -119,15 +142,28 @@ def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str,
                 costs = {v: spmm_cost(f, size, storage.itemsize) for v, f in formats.items()}
             else:
                 y = torch.randn(g.num_nodes, size, generator=gen, device=device)
-                ref = torch.sparse.sampled_addmm(csr64, x.double(), y.double().t(), beta=0.0).values() if check else None
+                ref = (
+                    torch.sparse.sampled_addmm(csr64, x.double(), y.double().t(), beta=0.0).values()
+                    if check
+                    else None
+                )
                 xs, ys = x.to(storage), y.to(storage)
                 calls = {v: (lambda f=f: sddmm(f, xs, ys, precision)) for v, f in formats.items()}
                 checks = {v: sddmm_check(f, ref) for v, f in formats.items()}
                 costs = {v: sddmm_cost(f, size, storage.itemsize) for v, f in formats.items()}
             pair = {}
             for v, fmt in formats.items():
-                row = AblationRow(g.name, g.nnz, op, precision, size, v, mmas=costs[v].mmas, bytes=costs[v].bytes,
-                                  padding=padding_fraction(fmt))
+                row = AblationRow(
+                    g.name,
+                    g.nnz,
+                    op,
+                    precision,
+                    size,
+                    v,
+                    mmas=costs[v].mmas,
+                    bytes=costs[v].bytes,
+                    padding=padding_fraction(fmt),
+                )
                 _measure(row, timer, calls[v], checks[v] if check else None)
                 pair[v] = row
             if pair[8].ms and pair[16].ms and not (pair[8].error or pair[16].error):
@@ -138,7 +174,19 @@ def run_graph(g: BenchGraph, device: torch.device, timer: Timer, precision: str,
     return rows
 
 
-_SHOWN = ["graph", "op", "size", "vector", "ms", "mmas", "bytes", "padding", "ratio", "rel_err", "error"]
+_SHOWN = [
+    "graph",
+    "op",
+    "size",
+    "vector",
+    "ms",
+    "mmas",
+    "bytes",
+    "padding",
+    "ratio",
+    "rel_err",
+    "error",
+]
 
 
 def _print(row: AblationRow) -> None:
@@ -152,52 +200,82 @@ def _geomean(values: list[float]) -> float | None:
 def summary(rows: list[AblationRow]) -> tuple[list[str], list[list[str]]]:
     """Per (op, size): on how many graphs 8x1 is faster, whether that meets the bar, and the
     geometric means of the 16x1 / 8x1 ratios of ms, MMAs and bytes over those graphs."""
-    header = ["op", "N/K", "8x1 faster", "share", f"bar ({BAR:.0%})", "ms 16x1/8x1", "MMAs 16x1/8x1",
-              "bytes 16x1/8x1", "16x1 padding", "failed"]
+    header = [
+        "op",
+        "N/K",
+        "8x1 faster",
+        "share",
+        f"bar ({BAR:.0%})",
+        "ms 16x1/8x1",
+        "MMAs 16x1/8x1",
+        "bytes 16x1/8x1",
+        "16x1 padding",
+        "failed",
+    ]
     by_key = {(r.graph, r.op, r.size, r.vector): r for r in rows}
     body = []
     for op, size in dict.fromkeys((r.op, r.size) for r in rows if r.vector):
-        pairs = [(r, by_key[(r.graph, op, size, 16)]) for r in rows
-                 if (r.op, r.size, r.vector) == (op, size, 8) and (r.graph, op, size, 16) in by_key]
+        pairs = [
+            (r, by_key[(r.graph, op, size, 16)])
+            for r in rows
+            if (r.op, r.size, r.vector) == (op, size, 8) and (r.graph, op, size, 16) in by_key
+        ]
         timed = [(a, b) for a, b in pairs if b.ratio is not None]
         faster = sum(b.ms > a.ms for a, b in timed)
         share = faster / len(timed) if timed else 0.0
-        ratios = [_geomean([b.ratio for _, b in timed]),
-                  _geomean([b.mmas / a.mmas for a, b in pairs if a.mmas]),
-                  _geomean([b.bytes / a.bytes for a, b in pairs if a.bytes])]
+        ratios = [
+            _geomean([b.ratio for _, b in timed]),
+            _geomean([b.mmas / a.mmas for a, b in pairs if a.mmas]),
+            _geomean([b.bytes / a.bytes for a, b in pairs if a.bytes]),
+        ]
         padding = [b.padding for _, b in pairs if b.padding is not None]
         failed = sum(1 for r in rows if (r.op, r.size) == (op, size) and r.error)
-        body.append([op, str(size), f"{faster}/{len(timed)}", f"{share:.0%}", "met" if share >= BAR else "missed",
-                     *("" if x is None else f"{x:.2f}x" for x in ratios),
-                     f"{sum(padding) / len(padding):.1%}" if padding else "", str(failed)])
+        body.append(
+            [
+                op,
+                str(size),
+                f"{faster}/{len(timed)}",
+                f"{share:.0%}",
+                "met" if share >= BAR else "missed",
+                *("" if x is None else f"{x:.2f}x" for x in ratios),
+                f"{sum(padding) / len(padding):.1%}" if padding else "",
+                str(failed),
+            ]
+        )
     return header, body
 
 
 def markdown(env: dict, summary_table, rows: list[AblationRow]) -> str:
     cols = [c for c in _SHOWN if any(getattr(r, c) not in (None, "") for r in rows)]
-    return "\n".join([
-        "# Ablation: 8x1 ME-BCRS against the 16x1 baseline",
-        "",
-        "\n".join(f"- {k}: {v}" for k, v in env.items()),
-        "",
-        "Method and formulas: `flashgnn/benchmarking/ablation.py` and `mma_cost.py` docstrings. "
-        "Ratios are 16x1 / 8x1 (above 1: 8x1 is better), geometric means over the graphs.",
-        "",
-        "## Summary",
-        "",
-        table.markdown_table(*summary_table),
-        "",
-        "## All rows",
-        "",
-        table.markdown_table(cols, table.cells(rows, cols)),
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Ablation: 8x1 ME-BCRS against the 16x1 baseline",
+            "",
+            "\n".join(f"- {k}: {v}" for k, v in env.items()),
+            "",
+            "Method and formulas: `flashgnn/benchmarking/ablation.py` and `mma_cost.py` "
+            "docstrings. "
+            "Ratios are 16x1 / 8x1 (above 1: 8x1 is better), geometric means over the graphs.",
+            "",
+            "## Summary",
+            "",
+            table.markdown_table(*summary_table),
+            "",
+            "## All rows",
+            "",
+            table.markdown_table(cols, table.cells(rows, cols)),
+            "",
+        ]
+    )
 
 
 def run(args) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("flashgnn bench ablation: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
+        print(
+            "flashgnn bench ablation: no CUDA device; use --device cpu for a (slow) CPU run",
+            file=sys.stderr,
+        )
         return 2
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
@@ -215,8 +293,9 @@ def run(args) -> int:
         try:
             rows += run_graph(g, device, timer, args.precision, args.check, args.seed)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory for a format or the reference
-            rows.append(AblationRow(g.name, g.nnz, "setup", args.precision,
-                                    error=describe_error(e)))
+            rows.append(
+                AblationRow(g.name, g.nnz, "setup", args.precision, error=describe_error(e))
+            )
         del g
         if device.type == "cuda":
             torch.cuda.empty_cache()

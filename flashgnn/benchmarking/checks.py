@@ -1,5 +1,6 @@
 """Checks of a benchmark's results against a float64 reference: the relative error and its
 bound per precision, and the SDDMM's padding slots."""
+
 from __future__ import annotations
 
 import torch
@@ -20,10 +21,12 @@ def sddmm_check(fmt: MEBCRS, ref: torch.Tensor):
     """A check of an SDDMM output on ``fmt`` (float32 [n_slots]) against ``ref`` (float64, the
     nonzeros in CSR order): (relative error of the real slots, a problem when a padding slot is
     not 0, else None)."""
+
     def check(out):
         padding = torch.ones(out.numel(), dtype=torch.bool, device=out.device)
         padding[fmt.perm] = False
         written = int(torch.count_nonzero(out[padding]))
         problem = f"{written} padding slots are not 0" if written else None
         return relative_error(out[fmt.perm], ref), problem
+
     return check

@@ -7,6 +7,7 @@ driver, CUDA, torch and date of its run and the command that reproduces it. The 
 summarise (geometric means over graphs, flashgnn's rows against the fastest PyG path); every
 row of a run stays in its CSV, which the table links.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -111,32 +112,50 @@ below names the exact command of its run. Real graphs are read from `$FLASHGNN_D
 """
 
 SECTIONS = {  # benchmark (CSV name): (title, what it measures)
-    "kernels": ("Kernels: SpMM and SDDMM against cuSPARSE", """\
+    "kernels": (
+        "Kernels: SpMM and SDDMM against cuSPARSE",
+        """\
 SpMM (A X, X of N features) and SDDMM (X Y^T sampled on A, K features) on ME-BCRS, every real
 graph and the two generated ones; x cuSPARSE per precision, the geomean and the lowest ratio over
-the real graphs, then each generated graph (with the effective GB/s: bytes moved / time)."""),
-    "format build": ("Format build: CSR to ME-BCRS on the GPU", """\
+the real graphs, then each generated graph (with the effective GB/s: bytes moved / time).""",
+    ),
+    "format build": (
+        "Format build: CSR to ME-BCRS on the GPU",
+        """\
 `MEBCRS.from_csr` on the device, the kernel benchmark's "build" rows: block width k = 8 (fp16,
 bf16, fp32) and k = 4 (tf32), cold single calls (1 warm-up, 3 timed), never inside an op's time.
-Median over the real graphs, then each generated graph."""),
-    "layers": ("Layers: one GCN, AGNN (and GAT) layer against PyG", """\
+Median over the real graphs, then each generated graph.""",
+    ),
+    "layers": (
+        "Layers: one GCN, AGNN (and GAT) layer against PyG",
+        """\
 One layer call, forward and backward (the gradients of the input and the weights), flashgnn
 against PyG's layer with the same weights: GCNConv 128 -> 128, AGNNConv on 32 features, GATConv
 64 -> 4 heads of 16; on the generated ogbn-products-scale graph and musae_github, self-loops
 added. flashgnn's layers replay their kernels from CUDA graphs on graphs of up to 4M nonzeros;
-"flashgnn eager" rows are the same layers with that replay off."""),
-    "training": ("Training epochs at ogbn-products scale", """\
+"flashgnn eager" rows are the same layers with that replay off.""",
+    ),
+    "training": (
+        "Training epochs at ogbn-products scale",
+        """\
 Full-graph training epochs (forward, loss, backward, Adam step) on the synthetic dataset at
 ogbn-products scale (2.4M nodes, about 63M nonzeros with self-loops, 100 features): GCN 2x128
-and AGNN 4x32, flashgnn against the same models built from PyG layers."""),
-    "e2e": ("End-to-end training epochs", """\
+and AGNN 4x32, flashgnn against the same models built from PyG layers.""",
+    ),
+    "e2e": (
+        "End-to-end training epochs",
+        """\
 Full-graph training epochs of GCN, AGNN and GAT models on real and generated graphs, flashgnn
 against the same models built from PyG layers; `prep ms` builds the implementation's input once
-per graph, `graph ms` replays the epoch from a CUDA graph."""),
-    "ablation": ("Ablation: 8x1 vectors against 16x1 blocks", """\
+per graph, `graph ms` replays the epoch from a CUDA graph.""",
+    ),
+    "ablation": (
+        "Ablation: 8x1 vectors against 16x1 blocks",
+        """\
 ME-BCRS's 8x1 vectors against a 16x1 blocked baseline (16-row windows, 16 x 8 blocks) on every
 graph, fp16: on how many graphs 8x1 is faster, and the 16x1 / 8x1 ratios of time, MMAs and
-bytes moved (geomeans over graphs; above 1x 8x1 is better)."""),
+bytes moved (geomeans over graphs; above 1x 8x1 is better).""",
+    ),
 }
 SOURCE = {"format build": "kernels"}  # sections built from another benchmark's CSV
 KERNEL_PRECISIONS = ("fp16", "bf16", "tf32", "fp32")
@@ -148,8 +167,10 @@ def build(results: Path, base: Path) -> str:
     found = find(results)
     unknown = sorted({f"{slug}/{name}.csv" for slug, name, _ in found if name not in SECTIONS})
     if unknown:
-        raise ValueError(f"no section of the report renders {', '.join(unknown)} (benchmarks: "
-                         f"{', '.join(n for n in SECTIONS if n not in SOURCE)})")
+        raise ValueError(
+            f"no section of the report renders {', '.join(unknown)} (benchmarks: "
+            f"{', '.join(n for n in SECTIONS if n not in SOURCE)})"
+        )
     parts = [INTRO]
     for name, (title, about) in SECTIONS.items():
         runs = [path for _, bench, path in found if bench == SOURCE.get(name, name)]
@@ -165,8 +186,12 @@ def build(results: Path, base: Path) -> str:
             parts += [*RENDER[name](path), ""]
             before = before_path(path)
             if name in CHANGE and before.is_file():
-                parts += [*earlier(table.read_environment(before) or {}, before, base), "",
-                          *CHANGE[name](before, path), ""]
+                parts += [
+                    *earlier(table.read_environment(before) or {}, before, base),
+                    "",
+                    *CHANGE[name](before, path),
+                    "",
+                ]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -177,13 +202,21 @@ def stamp(env: dict, path: Path, base: Path) -> list[str]:
     if not env:
         return [f"Environment not recorded; every row: [`{link}`]({link})."]
     device = env.get("gpu") or f"CPU {env.get('cpu', 'unknown')}"
-    details = ", ".join(f"{label} {env[key]}" for key, label in
-                        (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch")) if key in env)
+    details = ", ".join(
+        f"{label} {env[key]}"
+        for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"))
+        if key in env
+    )
     if details:
         device += f" ({details})"
-    lines = [(f"Commit `{short(env.get('commit', 'unknown'))}`, {device}, "
-              f"{when(env.get('date', 'date not recorded'))}; every row: [`{link}`]({link})."),
-             "", f"Command: `{env.get('command', 'not recorded')}`"]
+    lines = [
+        (
+            f"Commit `{short(env.get('commit', 'unknown'))}`, {device}, "
+            f"{when(env.get('date', 'date not recorded'))}; every row: [`{link}`]({link})."
+        ),
+        "",
+        f"Command: `{env.get('command', 'not recorded')}`",
+    ]
     if "timer" in env:
         lines[-1] += f"; timer: {env['timer'].split(':')[0]}"
     if "note" in env:
@@ -194,10 +227,14 @@ def stamp(env: dict, path: Path, base: Path) -> list[str]:
 def earlier(env: dict, path: Path, base: Path) -> list[str]:
     """The line that introduces the comparison with the run kept in ``path``."""
     link = _link(path, base)
-    return [(f"Against the run before it (commit `{short(env.get('commit', 'unknown'))}`, "
-             f"{env.get('gpu', 'GPU not recorded')}, {when(env.get('date', 'date not recorded'))}, "
-             f"`{env.get('command', 'command not recorded')}`; every row: [`{link}`]({link})), "
-             "before -> now:")]
+    return [
+        (
+            f"Against the run before it (commit `{short(env.get('commit', 'unknown'))}`, "
+            f"{env.get('gpu', 'GPU not recorded')}, {when(env.get('date', 'date not recorded'))}, "
+            f"`{env.get('command', 'command not recorded')}`; every row: [`{link}`]({link})), "
+            "before -> now:"
+        )
+    ]
 
 
 def _link(path: Path, base: Path) -> str:
@@ -241,8 +278,10 @@ def kernels_table(path: Path) -> list[str]:
             key = (r.op, r.impl, str(r.size))
             lowest[key] = min(lowest.get(key, r.speedup), r.speedup)
     header = [*header[:3], f"x cuSPARSE: geomean ({len(real)} real)", "lowest (real)", *header[4:]]
-    body = [[*line[:4], f"{lowest[key]:.2f}x" if (key := tuple(line[:3])) in lowest else "",
-             *line[4:]] for line in body]
+    body = [
+        [*line[:4], f"{lowest[key]:.2f}x" if (key := tuple(line[:3])) in lowest else "", *line[4:]]
+        for line in body
+    ]
     return [table.markdown_table(header, body), "", check_line([r for r in rows if r.op in OPS])]
 
 
@@ -272,8 +311,16 @@ def kernels_change(before: Path, now: Path) -> list[str]:
             return ""
         return f"{geomean(a for a, _ in pairs):.2f}x -> {geomean(b for _, b in pairs):.2f}x"
 
-    body = [[op, impl, str(size), change((op, impl, size), real),
-             *(change((op, impl, size), [g]) for g in generated)] for op, impl, size in keys]
+    body = [
+        [
+            op,
+            impl,
+            str(size),
+            change((op, impl, size), real),
+            *(change((op, impl, size), [g]) for g in generated),
+        ]
+        for op, impl, size in keys
+    ]
     return [table.markdown_table(header, body)]
 
 
@@ -282,8 +329,10 @@ def check_line(rows: list[Row]) -> str:
     failed = sum(1 for r in rows if r.error)
     if not checked:
         return f"Not checked against float64 (run without `--check`); failed rows: {failed}."
-    return (f"{len(checked)} of {len(rows)} results checked against float64 `torch.sparse`; "
-            f"failed rows: {failed}.")
+    return (
+        f"{len(checked)} of {len(rows)} results checked against float64 `torch.sparse`; "
+        f"failed rows: {failed}."
+    )
 
 
 def format_build_table(path: Path) -> list[str]:
@@ -294,11 +343,16 @@ def format_build_table(path: Path) -> list[str]:
     groups: dict[str, list[Row]] = {}
     for r in builds:
         groups.setdefault("generated" if _generated(r.graph) else "real", []).append(r)
-    header = ["graphs", "nonzeros", *(f"{k} ms" for k in widths),
-              *(f"{k} nonzeros/s" for k in widths)]
+    header = [
+        "graphs",
+        "nonzeros",
+        *(f"{k} ms" for k in widths),
+        *(f"{k} nonzeros/s" for k in widths),
+    ]
     body = []
     real = groups.get("real", [])
     if real:
+
         def median(values):
             return statistics.median(values) if values else None
 
@@ -306,13 +360,25 @@ def format_build_table(path: Path) -> list[str]:
         ms = {k: median([r.ms for r in real if r.impl == k]) for k in widths}
         rate = {k: median([r.nnz / r.ms * 1e3 for r in real if r.impl == k]) for k in widths}
         nnz = median([r.nnz for r in real if r.impl == widths[0]])
-        body.append([f"{len(graphs)} real: median", f"{nnz:,.0f}", *(_ms(ms[k]) for k in widths),
-                     *(_rate(rate[k]) for k in widths)])
+        body.append(
+            [
+                f"{len(graphs)} real: median",
+                f"{nnz:,.0f}",
+                *(_ms(ms[k]) for k in widths),
+                *(_rate(rate[k]) for k in widths),
+            ]
+        )
     for graph in dict.fromkeys(r.graph for r in groups.get("generated", [])):
         by = {r.impl: r for r in groups["generated"] if r.graph == graph}
         first = next(iter(by.values()))
-        body.append([graph, f"{first.nnz:,}", *(_ms(by[k].ms if k in by else None) for k in widths),
-                     *(_rate(by[k].nnz / by[k].ms * 1e3 if k in by else None) for k in widths)])
+        body.append(
+            [
+                graph,
+                f"{first.nnz:,}",
+                *(_ms(by[k].ms if k in by else None) for k in widths),
+                *(_rate(by[k].nnz / by[k].ms * 1e3 if k in by else None) for k in widths),
+            ]
+        )
     return [table.markdown_table(header, body)]
 
 
@@ -336,10 +402,23 @@ def model_table(path: Path) -> list[str]:
             if key not in fastest or t < fastest[key][0]:
                 fastest[key] = (t, r.impl.removeprefix("PyG "))
     ours = [r for r in rows if r.impl.startswith("flashgnn")]
-    columns = [c for c in ("ms", "wall_ms", "prep_ms", "graph_ms", "speedup", "speedup_fp16",
-                           "graph_speedup", "peak_mb", "error")
-               if any(getattr(r, c) not in (None, "") for r in ours)]
+    columns = [
+        c
+        for c in (
+            "ms",
+            "wall_ms",
+            "prep_ms",
+            "graph_ms",
+            "speedup",
+            "speedup_fp16",
+            "graph_speedup",
+            "peak_mb",
+            "error",
+        )
+        if any(getattr(r, c) not in (None, "") for r in ours)
+    ]
     header = ["graph", "model", "impl", "precision", *(MODEL_HEADERS.get(c, c) for c in columns)]
+
     def cell(r: ModelRow, column: str) -> str:  # every ratio as "1.23x"
         return table.cell("speedup" if column.endswith("speedup") else column, getattr(r, column))
 
@@ -348,14 +427,22 @@ def model_table(path: Path) -> list[str]:
         return [f"{table.cell('ms', t)} ms ({impl})" if t else ""] if fastest else []
 
     header += ["fastest PyG fp32"] if fastest else []
-    body = [[r.graph, r.model, r.impl, r.precision, *(cell(r, c) for c in columns), *pyg(r)]
-            for r in ours]
+    body = [
+        [r.graph, r.model, r.impl, r.precision, *(cell(r, c) for c in columns), *pyg(r)]
+        for r in ours
+    ]
     lines = [table.markdown_table(header, body)]
     failed = [r for r in rows if r.error and not r.impl.startswith("flashgnn")]
     if failed:
-        lines += ["", "PyG rows with an error (the CSV has it): " + "; ".join(
-            f"{r.graph} {r.model} {r.impl} {r.precision} ({r.error.split(':')[0]})" for r in failed)
-            + "."]
+        lines += [
+            "",
+            "PyG rows with an error (the CSV has it): "
+            + "; ".join(
+                f"{r.graph} {r.model} {r.impl} {r.precision} ({r.error.split(':')[0]})"
+                for r in failed
+            )
+            + ".",
+        ]
     return lines
 
 
@@ -378,7 +465,17 @@ def ablation_table(path: Path) -> list[str]:
     return [table.markdown_table(*ablation_summary(table.read_csv(path, AblationRow)))]
 
 
-CHANGE = {"kernels": kernels_change, "layers": model_change, "training": model_change,
-          "e2e": model_change}
-RENDER = {"kernels": kernels_table, "format build": format_build_table, "layers": model_table,
-          "training": model_table, "e2e": model_table, "ablation": ablation_table}
+CHANGE = {
+    "kernels": kernels_change,
+    "layers": model_change,
+    "training": model_change,
+    "e2e": model_change,
+}
+RENDER = {
+    "kernels": kernels_table,
+    "format build": format_build_table,
+    "layers": model_table,
+    "training": model_table,
+    "e2e": model_table,
+    "ablation": ablation_table,
+}

@@ -37,6 +37,7 @@ graphs, say) records its error in its row and the run goes on. With --cuda-graph
 is also captured in a CUDA graph and its replay timed (graph ms, graph x PyG fp32 against the
 fastest PyG fp32 epoch, eager or replayed; PyG's adj_t path cannot be captured).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,27 +59,45 @@ from .training import SYNTHETIC, bench_model, on_device
 
 GENERATED = {
     "synthetic_products": SYNTHETIC,
-    "synthetic_reddit": dict(num_nodes=232_965, avg_degree=570.0, num_classes=41, num_features=602,
-                             homophily=0.7, feature_signal=0.1),
+    "synthetic_reddit": dict(
+        num_nodes=232_965,
+        avg_degree=570.0,
+        num_classes=41,
+        num_features=602,
+        homophily=0.7,
+        feature_signal=0.1,
+    ),
 }
 GCN_PATHS, OTHER_PATHS = ("adj_t", "edge_index"), ("edge_index",)
 MODELS = {  # name: (build_model's name, its keyword arguments, PyG inputs, label)
     "gcn2": ("gcn", dict(hidden_feats=128, num_layers=2, dropout=0.5), GCN_PATHS, "GCN 2x128"),
     "gcn5": ("gcn", dict(hidden_feats=128, num_layers=5, dropout=0.5), GCN_PATHS, "GCN 5x128"),
     "agnn": ("agnn", dict(hidden_feats=32, num_layers=4, dropout=0.5), OTHER_PATHS, "AGNN 4x32"),
-    "gat": ("gat", dict(hidden_feats=8, heads=8, out_heads=1, num_layers=2, feat_drop=0.6, attn_drop=0.6),
-            OTHER_PATHS, "GAT 2x8 (8 heads)"),
+    "gat": (
+        "gat",
+        dict(hidden_feats=8, heads=8, out_heads=1, num_layers=2, feat_drop=0.6, attn_drop=0.6),
+        OTHER_PATHS,
+        "GAT 2x8 (8 heads)",
+    ),
 }
 RANDOM_FEATURES, RANDOM_CLASSES = 128, 16
 AMORTIZED_EPOCHS = 200
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--graphs", default="all",
-                   help=f"comma list of graph names, or real, generated ({', '.join(GENERATED)}), all (default all)")
+    p.add_argument(
+        "--graphs",
+        default="all",
+        help=f"comma list of graph names, or real, generated ({', '.join(GENERATED)}), all "
+        f"(default all)",
+    )
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
     add_common_arguments(p)
-    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)",
+    )
 
 
 def load_data(name: str, root: Path | None, quick: bool, seed: int) -> tuple[str, Dataset, str]:
@@ -105,8 +124,17 @@ def random_node_data(name: str, root: Path, seed: int) -> Dataset:
     x = torch.randn(g.num_nodes, RANDOM_FEATURES, generator=gen)
     y = torch.randint(0, RANDOM_CLASSES, (g.num_nodes,), generator=gen)
     masks = random_split(np.arange(g.num_nodes), g.num_nodes, (0.6, 0.2), seed)
-    return Dataset(name, graph_from_csr(g.indptr, g.indices, g.num_nodes), x, y, *masks,
-                   num_classes=RANDOM_CLASSES, multi_label=False, metric="accuracy", scorer=scorer("accuracy"))
+    return Dataset(
+        name,
+        graph_from_csr(g.indptr, g.indices, g.num_nodes),
+        x,
+        y,
+        *masks,
+        num_classes=RANDOM_CLASSES,
+        multi_label=False,
+        metric="accuracy",
+        scorer=scorer("accuracy"),
+    )
 
 
 def run(args) -> int:
@@ -126,19 +154,32 @@ def run(args) -> int:
             label, data, origin = load_data(name, root, args.quick, args.seed)
             data = on_device(data, device)
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            rows.append(ModelRow(name, "", "flashgnn", "",
-                                 error=f"loading the graph: {describe_error(e)}"))
+            rows.append(
+                ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {describe_error(e)}")
+            )
             free_device_memory(device)
             continue
-        notes.append(f"{label}: {data.num_nodes:,} nodes, {data.graph.num_edges:,} nonzeros with self-loops, "
-                     f"{data.num_features} features, {data.num_classes} classes ({origin})")
+        notes.append(
+            f"{label}: {data.num_nodes:,} nodes, {data.graph.num_edges:,} nonzeros with "
+            f"self-loops, "
+            f"{data.num_features} features, {data.num_classes} classes ({origin})"
+        )
         print(f"== {notes[-1]}", flush=True)
         for key in models:
             arch, kwargs, pyg_paths, described = MODELS[key]
             torch.manual_seed(args.seed)
             model = build_model(arch, data.num_features, data.num_classes, **kwargs).to(device)
-            rows += bench_model(label, described, model, pyg_paths, data, timer, precisions, with_pyg,
-                                args.cuda_graph and device.type == "cuda")
+            rows += bench_model(
+                label,
+                described,
+                model,
+                pyg_paths,
+                data,
+                timer,
+                precisions,
+                with_pyg,
+                args.cuda_graph and device.type == "cuda",
+            )
             del model
         del data
         free_device_memory(device)
@@ -146,5 +187,11 @@ def run(args) -> int:
     for r in rows:
         if r.ms is not None and r.prep_ms is not None:
             r.amortized_ms = r.ms + r.prep_ms / AMORTIZED_EPOCHS
-    return report(rows, notes, args, "End-to-end training benchmark (full-graph epochs)",
-                  __doc__.split("\n\n", 1)[1], timer)
+    return report(
+        rows,
+        notes,
+        args,
+        "End-to-end training benchmark (full-graph epochs)",
+        __doc__.split("\n\n", 1)[1],
+        timer,
+    )

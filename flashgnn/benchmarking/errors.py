@@ -1,4 +1,5 @@
 """How a benchmark records a failure: a row keeps the error's first line and the run goes on."""
+
 from __future__ import annotations
 
 

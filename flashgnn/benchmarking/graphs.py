@@ -1,5 +1,6 @@
 """The graphs benchmarks run on: the real graphs of the shared datasets folder and generated
 power-law graphs at OGB scale (cached on disk after the first generation)."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,11 @@ class GeneratedSpec:
     like: str
     seed: int = 0
 
-    def scaled(self, divisor: int) -> "GeneratedSpec":
+    def scaled(self, divisor: int) -> GeneratedSpec:
         edges = self.num_edges // divisor
-        return GeneratedSpec(self.num_nodes // divisor, edges - edges % 2, self.exponent, self.like, self.seed)
+        return GeneratedSpec(
+            self.num_nodes // divisor, edges - edges % 2, self.exponent, self.like, self.seed
+        )
 
 
 # The exponents put the largest degree near the real graph's (17k for ogbn-products, 22k for
@@ -55,7 +58,9 @@ class BenchGraph:
 def data_dir(override: str | os.PathLike | None = None) -> Path | None:
     """The real datasets: ``override``, else ``$FLASHGNN_DATA``, else ``<repo>/../shared/datasets``;
     None when the folder does not exist."""
-    path = Path(override or os.environ.get("FLASHGNN_DATA") or REPO_ROOT.parent / "shared" / "datasets")
+    path = Path(
+        override or os.environ.get("FLASHGNN_DATA") or REPO_ROOT.parent / "shared" / "datasets"
+    )
     return path if path.is_dir() else None
 
 
@@ -80,13 +85,15 @@ def resolve_names(spec: str, root: Path | None, generated=tuple(GENERATED)) -> l
         else:
             where = f"in {root}" if root else "(no datasets folder found: set FLASHGNN_DATA)"
             raise ValueError(
-                f"unknown graph {token!r}: use real, generated, all, {', '.join(generated)} or a graph {where}"
+                f"unknown graph {token!r}: use real, generated, all, {', '.join(generated)} or "
+                f"a graph {where}"
             )
     return list(dict.fromkeys(names))
 
 
-def load_graph(name: str, root: Path | None, scale_divisor: int = 1,
-               cache_dir: Path | None = DEFAULT_CACHE_DIR) -> BenchGraph:
+def load_graph(
+    name: str, root: Path | None, scale_divisor: int = 1, cache_dir: Path | None = DEFAULT_CACHE_DIR
+) -> BenchGraph:
     """Graph ``name``: a real graph read from ``root``, or a generated one (its nodes and edges
     divided by ``scale_divisor``), read from ``cache_dir`` when generated before."""
     if name in GENERATED:
@@ -106,13 +113,15 @@ def load_graph(name: str, root: Path | None, scale_divisor: int = 1,
 def _generated_csr(spec: GeneratedSpec, cache_dir: Path | None) -> tuple[np.ndarray, np.ndarray]:
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / (f"powerlaw_n{spec.num_nodes}_e{spec.num_edges}_x{spec.exponent:g}"
-                                  f"_s{spec.seed}.npz")
+        path = Path(cache_dir) / (
+            f"powerlaw_n{spec.num_nodes}_e{spec.num_edges}_x{spec.exponent:g}_s{spec.seed}.npz"
+        )
         if path.is_file():
             with np.load(path) as d:
                 return d["indptr"], d["indices"]
-    indptr, indices = power_law_csr(spec.num_nodes, spec.num_edges, exponent=spec.exponent,
-                                    seed=spec.seed, symmetric=True)
+    indptr, indices = power_law_csr(
+        spec.num_nodes, spec.num_edges, exponent=spec.exponent, seed=spec.seed, symmetric=True
+    )
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ Effective GB/s: bytes / t, counting every array once, and the gathered dense row
 vector (ours) or per nonzero (CSR), the minimum a kernel without reuse across windows moves:
   SpMM ME-BCRS:   row_ptr + col_idx + values (8 per vector) + X, n_vectors * N + Y, n_rows * N
   SpMM CSR:       indptr + indices + values + X, nnz * N + Y, n_rows * N
-  SDDMM ME-BCRS:  row_ptr + col_idx + vec_mask + X, n_rows * K + Y, n_vectors * K + out, 8 per vector
+  SDDMM ME-BCRS:  row_ptr + col_idx + vec_mask + X, n_rows * K + Y, n_vectors * K + out, 8 per
+  vector
   SDDMM CSR:      indptr + indices + X, n_rows * K + Y, nnz * K + out, nnz
 each element at its stored size. Our kernels get X and Y in the precision's storage type
 (fp16, bf16; float32 for tf32 and fp32) and A's values as the format stores them (float32),
@@ -24,6 +25,7 @@ flags errors above 1e-5 (fp32), 2e-3 (tf32, fp16), 1e-2 (bf16), and SDDMM paddin
 that are not 0. A failing configuration is recorded in its row and the run goes on (after
 a sticky CUDA error, such as an illegal address, every later GPU row fails too).
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,27 +48,55 @@ from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
 OPS = ("spmm", "sddmm")
 DEFAULT_SIZES = {"spmm": (32, 128, 256), "sddmm": (32, 128)}
-DEFAULT_PRECISIONS = {"spmm": ("fp16", "bf16", "tf32", "fp32"), "sddmm": ("fp16", "bf16", "tf32", "fp32")}
+DEFAULT_PRECISIONS = {
+    "spmm": ("fp16", "bf16", "tf32", "fp32"),
+    "sddmm": ("fp16", "bf16", "tf32", "fp32"),
+}
 BASELINE = {"spmm": "torch.sparse.mm fp32", "sddmm": "sampled_addmm fp32"}
-STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
-TIMER_TEXT = {"cold": "cold: median of single calls, each on a cold L2",
-              "back-to-back": "back-to-back: median over CUDA-graph replays of many calls in a row, per call"}
+STORAGE = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "tf32": torch.float32,
+    "fp32": torch.float32,
+}
+TIMER_TEXT = {
+    "cold": "cold: median of single calls, each on a cold L2",
+    "back-to-back": "back-to-back: median over CUDA-graph replays of many calls in a row, per call",
+}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--graphs", default="all",
-                   help="comma list of graph names, or real, generated, all (default all)")
+    p.add_argument(
+        "--graphs",
+        default="all",
+        help="comma list of graph names, or real, generated, all (default all)",
+    )
     p.add_argument("--ops", default=",".join(OPS), help="comma list of spmm, sddmm")
-    p.add_argument("--precisions", default=None,
-                   help="comma list of fp16, bf16, tf32, fp32 (default all four)")
-    p.add_argument("--sizes", default=None, help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}")
-    p.add_argument("--check", action="store_true",
-                   help="check every timed result against float64 torch.sparse and show the relative error")
-    p.add_argument("--timer", choices=TIMERS, default="cold",
-                   help="cold: single calls, each on a cold L2 (default); back-to-back: many calls in a row "
-                        "replayed from a CUDA graph, time per call (format builds are always timed cold)")
+    p.add_argument(
+        "--precisions", default=None, help="comma list of fp16, bf16, tf32, fp32 (default all four)"
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check every timed result against float64 torch.sparse and show the relative error",
+    )
+    p.add_argument(
+        "--timer",
+        choices=TIMERS,
+        default="cold",
+        help="cold: single calls, each on a cold L2 (default); back-to-back: many calls in a row "
+        "replayed from a CUDA graph, time per call (format builds are always timed cold)",
+    )
     p.add_argument("--csv", type=Path, help="write every row to this CSV file")
     p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
     add_run_arguments(p)
@@ -85,8 +115,15 @@ def _sizes(text: str) -> list[int]:
 class KernelBench:
     """Runs the configurations of one graph after another and collects their rows."""
 
-    def __init__(self, device: torch.device, timer: Timer | BackToBackTimer, build_timer: Timer,
-                 plan: dict[str, tuple[list[int], list[str]]], check: bool, seed: int):
+    def __init__(
+        self,
+        device: torch.device,
+        timer: Timer | BackToBackTimer,
+        build_timer: Timer,
+        plan: dict[str, tuple[list[int], list[str]]],
+        check: bool,
+        seed: int,
+    ):
         self.device, self.timer, self.build_timer = device, timer, build_timer
         self.plan, self.check, self.seed = plan, check, seed
         self.rows: list[Row] = []
@@ -102,10 +139,18 @@ class KernelBench:
             values = torch.rand(g.nnz, generator=gen, device=dev) + 0.5
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                csr = torch.sparse_csr_tensor(indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes),
-                                              check_invariants=False)  # canonical by construction
+                csr = torch.sparse_csr_tensor(
+                    indptr.to(torch.int32),
+                    indices,
+                    values,
+                    (g.num_nodes, g.num_nodes),
+                    check_invariants=False,
+                )  # canonical by construction
             csr64 = csr.to(torch.float64) if self.check else None
-            ks = sorted({block_width(p) for _, precisions in self.plan.values() for p in precisions}, reverse=True)
+            ks = sorted(
+                {block_width(p) for _, precisions in self.plan.values() for p in precisions},
+                reverse=True,
+            )
             formats = {k: self._build(g, indptr, indices, values, k) for k in ks}
             del indptr, indices
             info = {"graph": g.name, "nodes": g.num_nodes, "nnz": g.nnz}
@@ -125,9 +170,17 @@ class KernelBench:
         """The format of the graph with block width k (None when the build fails), built
         on the device once untimed and three times timed."""
         row = Row(g.name, g.nnz, "build", f"k{k}")
-        return self._measure(row, lambda: MEBCRS.from_csr(indptr, indices, values, n_cols=g.num_nodes,
-                                                          k=k, device=self.device),
-                             flops=0, nbytes=0, warmup=1, iters=3, timer=self.build_timer)
+        return self._measure(
+            row,
+            lambda: MEBCRS.from_csr(
+                indptr, indices, values, n_cols=g.num_nodes, k=k, device=self.device
+            ),
+            flops=0,
+            nbytes=0,
+            warmup=1,
+            iters=3,
+            timer=self.build_timer,
+        )
 
     def _spmm(self, g, csr, csr64, formats, n: int, precisions, gen) -> None:
         x = torch.randn(g.num_nodes, n, generator=gen, device=self.device)
@@ -136,8 +189,14 @@ class KernelBench:
         csr_bytes = _csr_bytes(g) + 4 * g.nnz + 4 * n * (g.nnz + g.num_nodes)
         base = Row(g.name, g.nnz, "spmm", BASELINE["spmm"], n)
         check = None if ref is None else lambda out: (relative_error(out, ref), None)
-        self._measure(base, lambda: torch.sparse.mm(csr, x), flops, csr_bytes, check=check,
-                      bound=ERROR_BOUND["fp32"])
+        self._measure(
+            base,
+            lambda: torch.sparse.mm(csr, x),
+            flops,
+            csr_bytes,
+            check=check,
+            bound=ERROR_BOUND["fp32"],
+        )
         for precision in precisions:
             row = Row(g.name, g.nnz, "spmm", precision, n)
             fmt = formats[block_width(precision)]
@@ -146,24 +205,41 @@ class KernelBench:
                 continue
             xs = x.to(STORAGE[precision])
             size = xs.element_size()
-            nbytes = (_mebcrs_bytes(fmt) + 8 * fmt.n_vectors * fmt.values.element_size()
-                      + size * n * (fmt.n_vectors + g.num_nodes))
-            self._measure(row, lambda: spmm(fmt, xs, precision), flops, nbytes, check=check,
-                          bound=ERROR_BOUND[precision], baseline=base)
+            nbytes = (
+                _mebcrs_bytes(fmt)
+                + 8 * fmt.n_vectors * fmt.values.element_size()
+                + size * n * (fmt.n_vectors + g.num_nodes)
+            )
+            self._measure(
+                row,
+                lambda: spmm(fmt, xs, precision),
+                flops,
+                nbytes,
+                check=check,
+                bound=ERROR_BOUND[precision],
+                baseline=base,
+            )
 
     def _sddmm(self, g, csr, csr64, formats, k_dim: int, precisions, gen) -> None:
         x = torch.randn(g.num_nodes, k_dim, generator=gen, device=self.device)
         y = torch.randn(g.num_nodes, k_dim, generator=gen, device=self.device)
         ref = None
         if self.check:
-            ref = torch.sparse.sampled_addmm(csr64, x.to(torch.float64), y.to(torch.float64).t(),
-                                             beta=0.0).values()
+            ref = torch.sparse.sampled_addmm(
+                csr64, x.to(torch.float64), y.to(torch.float64).t(), beta=0.0
+            ).values()
         flops = 2 * g.nnz * k_dim
         csr_bytes = _csr_bytes(g) + 4 * k_dim * (g.num_nodes + g.nnz) + 4 * g.nnz
         base = Row(g.name, g.nnz, "sddmm", BASELINE["sddmm"], k_dim)
         check = None if ref is None else lambda out: (relative_error(out.values(), ref), None)
-        self._measure(base, lambda: torch.sparse.sampled_addmm(csr, x, y.t(), beta=0.0), flops, csr_bytes,
-                      check=check, bound=ERROR_BOUND["fp32"])
+        self._measure(
+            base,
+            lambda: torch.sparse.sampled_addmm(csr, x, y.t(), beta=0.0),
+            flops,
+            csr_bytes,
+            check=check,
+            bound=ERROR_BOUND["fp32"],
+        )
         for precision in precisions:
             row = Row(g.name, g.nnz, "sddmm", precision, k_dim)
             fmt = formats[block_width(precision)]
@@ -172,16 +248,37 @@ class KernelBench:
                 continue
             xs, ys = x.to(STORAGE[precision]), y.to(STORAGE[precision])
             size = xs.element_size()
-            nbytes = (_mebcrs_bytes(fmt) + fmt.n_vectors + size * k_dim * (g.num_nodes + fmt.n_vectors)
-                      + 4 * 8 * fmt.n_vectors)
-            self._measure(row, lambda: sddmm(fmt, xs, ys, precision), flops, nbytes,
-                          check=None if ref is None else sddmm_check(fmt, ref),
-                          bound=ERROR_BOUND[precision], baseline=base)
+            nbytes = (
+                _mebcrs_bytes(fmt)
+                + fmt.n_vectors
+                + size * k_dim * (g.num_nodes + fmt.n_vectors)
+                + 4 * 8 * fmt.n_vectors
+            )
+            self._measure(
+                row,
+                lambda: sddmm(fmt, xs, ys, precision),
+                flops,
+                nbytes,
+                check=None if ref is None else sddmm_check(fmt, ref),
+                bound=ERROR_BOUND[precision],
+                baseline=base,
+            )
 
     # ------------------------------------------------------------------ one row
-    def _measure(self, row: Row, fn, flops: int, nbytes: int, *, check=None, bound: float | None = None,
-                 baseline: Row | None = None, warmup: int | None = None, iters: int | None = None,
-                 timer: Timer | None = None):
+    def _measure(
+        self,
+        row: Row,
+        fn,
+        flops: int,
+        nbytes: int,
+        *,
+        check=None,
+        bound: float | None = None,
+        baseline: Row | None = None,
+        warmup: int | None = None,
+        iters: int | None = None,
+        timer: Timer | None = None,
+    ):
         """Time ``fn`` into ``row`` (by ``timer``, default the bench's); a failure is written into
         the row, never raised, so one failing kernel does not end the run. Returns fn's result,
         None on failure."""
@@ -218,7 +315,13 @@ class KernelBench:
 
     def _add(self, row: Row) -> None:
         self.rows.append(row)
-        units = {"ms": " ms", "gflops": " GFLOPS", "gbps": " GB/s", "speedup": " of base", "rel_err": " err"}
+        units = {
+            "ms": " ms",
+            "gflops": " GFLOPS",
+            "gbps": " GB/s",
+            "speedup": " of base",
+            "rel_err": " err",
+        }
         cols = ["graph", "op", "impl", "size", *units, "error"]
         text = table.cells([row], cols)[0]
         print("  ".join(c + units.get(name, "") for name, c in zip(cols, text) if c), flush=True)
@@ -233,13 +336,16 @@ def _mebcrs_bytes(fmt: MEBCRS) -> int:
 
 
 # ---------------------------------------------------------------------- reporting
-def summary(rows: list[Row], real: set[str], generated: list[str]) -> tuple[list[str], list[list[str]]]:
+def summary(
+    rows: list[Row], real: set[str], generated: list[str]
+) -> tuple[list[str], list[list[str]]]:
     """One line per (op, precision, size) of our kernels: geometric-mean speedup over the real
     graphs, speedup and effective GB/s on each generated graph, and how many rows failed."""
     mean = {(r.op, r.impl, r.size): r for r in table.geomean_rows(rows, real, "geomean")}
     by_graph = {(r.graph, r.op, r.impl, r.size): r for r in rows}
-    keys = list(dict.fromkeys((r.op, r.impl, r.size) for r in rows
-                              if r.op in OPS and r.impl in PRECISIONS))
+    keys = list(
+        dict.fromkeys((r.op, r.impl, r.size) for r in rows if r.op in OPS and r.impl in PRECISIONS)
+    )
     header = ["op", "precision", "N/K", f"geomean x (real, {len(real)})"] + list(generated)
     header.append("failed")
     body = []
@@ -254,7 +360,9 @@ def summary(rows: list[Row], real: set[str], generated: list[str]) -> tuple[list
                 line.append(f"{r.speedup:.2f}x, {r.gbps:.0f} GB/s")
             else:
                 line.append("")
-        line.append(str(sum(1 for r in rows if (r.op, r.impl, r.size) == (op, impl, size) and r.error)))
+        line.append(
+            str(sum(1 for r in rows if (r.op, r.impl, r.size) == (op, impl, size) and r.error))
+        )
         body.append(line)
     return header, body
 
@@ -276,8 +384,16 @@ def markdown(env: dict, summary_table, rows: list[Row], graphs: list[dict]) -> s
         "",
         "## Graphs",
         "",
-        table.markdown_table(graph_cols, [[f"{g.get(c, ''):,}" if isinstance(g.get(c), int) else str(g.get(c, ''))
-                                           for c in graph_cols] for g in graphs]),
+        table.markdown_table(
+            graph_cols,
+            [
+                [
+                    f"{g.get(c, ''):,}" if isinstance(g.get(c), int) else str(g.get(c, ""))
+                    for c in graph_cols
+                ]
+                for g in graphs
+            ],
+        ),
         "",
         "## All rows",
         "",
@@ -290,12 +406,17 @@ def markdown(env: dict, summary_table, rows: list[Row], graphs: list[dict]) -> s
 def run(args) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("flashgnn bench kernels: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
+        print(
+            "flashgnn bench kernels: no CUDA device; use --device cpu for a (slow) CPU run",
+            file=sys.stderr,
+        )
         return 2
     ops = comma_list(args.ops, OPS, "ops")
     chosen = comma_list(args.precisions, PRECISIONS, "precisions") if args.precisions else None
     sizes = _sizes(args.sizes) if args.sizes else None
-    plan = {op: (sizes or list(DEFAULT_SIZES[op]), chosen or list(DEFAULT_PRECISIONS[op])) for op in ops}
+    plan = {
+        op: (sizes or list(DEFAULT_SIZES[op]), chosen or list(DEFAULT_PRECISIONS[op])) for op in ops
+    }
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
@@ -337,7 +458,9 @@ def run(args) -> int:
     print()
     for r in failed:
         print(f"FAILED {r.graph} {r.op} {r.impl} {r.size or ''}: {r.error}")
-    device_line = "  ".join(f"{k}: {env[k]}" for k in ("gpu", "copy_bandwidth", "peak_memory") if k in env)
+    device_line = "  ".join(
+        f"{k}: {env[k]}" for k in ("gpu", "copy_bandwidth", "peak_memory") if k in env
+    )
     if device_line:
         print(device_line)
     print(table.text_table(*summary_table))

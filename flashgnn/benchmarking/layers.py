@@ -46,15 +46,16 @@ layer and graph, eager or replayed, / graph ms. A step that cannot be captured r
 (PyG's adj_t path copies from the host inside its sparse matmul). Meant for host-bound graphs:
 PyTorch may keep the memory pool of a failed capture, which a 60M-nonzero graph cannot spare.
 """
+
 from __future__ import annotations
 
 import copy
 import statistics
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -82,7 +83,12 @@ GAT_FEATURES, GAT_HEADS = 64, 4  # 64 -> 4 heads of 16
 MODELS = ("GCNConv", "AGNNConv", "GATConv")
 DEFAULT_MODELS = ("GCNConv", "AGNNConv")
 # fp16 >= 2x the fastest PyG fp32 for GCN, >= 3x for AGNN; fp32 no slower than PyG fp32
-BARS = (("GCNConv", "fp16", 2.0), ("AGNNConv", "fp16", 3.0), ("GCNConv", "fp32", 1.0), ("AGNNConv", "fp32", 1.0))
+BARS = (
+    ("GCNConv", "fp16", 2.0),
+    ("AGNNConv", "fp16", 3.0),
+    ("GCNConv", "fp32", 1.0),
+    ("AGNNConv", "fp32", 1.0),
+)
 
 
 @dataclass
@@ -110,9 +116,18 @@ class ModelRow:
 
 
 COLUMNS = [f.name for f in fields(ModelRow)]
-HEADERS = {"ms": "ms", "wall_ms": "wall ms", "prep_ms": "prep ms", "amortized_ms": "ms + prep/200",
-           "speedup": "x PyG fp32", "speedup_fp16": "x PyG fp16", "graph_ms": "graph ms",
-           "graph_speedup": "graph x PyG fp32", "peak_mb": "peak MB", "rel_err": "rel err"}
+HEADERS = {
+    "ms": "ms",
+    "wall_ms": "wall ms",
+    "prep_ms": "prep ms",
+    "amortized_ms": "ms + prep/200",
+    "speedup": "x PyG fp32",
+    "speedup_fp16": "x PyG fp16",
+    "graph_ms": "graph ms",
+    "graph_speedup": "graph x PyG fp32",
+    "peak_mb": "peak MB",
+    "rel_err": "rel err",
+}
 
 
 def pyg_missing() -> str | None:
@@ -131,8 +146,14 @@ class PyGConv(nn.Module):
     or an edge_index) fixed. With ``heads``, the conv's concatenated heads [N, heads * C] are
     returned as [N, heads, C], the shape of flashgnn's GATConv output."""
 
-    def __init__(self, conv: nn.Module, adj: torch.Tensor, activation: Callable | None = None,
-                 feat_drop: nn.Module | None = None, heads: int | None = None):
+    def __init__(
+        self,
+        conv: nn.Module,
+        adj: torch.Tensor,
+        activation: Callable | None = None,
+        feat_drop: nn.Module | None = None,
+        heads: int | None = None,
+    ):
         super().__init__()
         self.conv, self.adj, self.activation = conv, adj, activation
         self.feat_drop, self.heads = feat_drop, heads
@@ -152,30 +173,49 @@ def _pyg_conv(layer: nn.Module, adj: torch.Tensor, cached: bool) -> PyGConv:
     if isinstance(layer, fnn.GCNConv):
         if layer.norm != "both" or layer.weight is None:
             raise ValueError("PyG's GCNConv matches only norm='both' with a weight")
-        conv = pyg_nn.GCNConv(layer.in_feats, layer.out_feats, cached=cached, add_self_loops=False,
-                              normalize=True, bias=layer.bias is not None).to(adj.device)
+        conv = pyg_nn.GCNConv(
+            layer.in_feats,
+            layer.out_feats,
+            cached=cached,
+            add_self_loops=False,
+            normalize=True,
+            bias=layer.bias is not None,
+        ).to(adj.device)
         with torch.no_grad():
             conv.lin.weight.copy_(layer.weight.T)
             if layer.bias is not None:
                 conv.bias.copy_(layer.bias)
         return PyGConv(conv, adj, layer.activation)
     if isinstance(layer, fnn.AGNNConv):
-        conv = pyg_nn.AGNNConv(requires_grad=isinstance(layer.beta, nn.Parameter), add_self_loops=False).to(adj.device)
+        conv = pyg_nn.AGNNConv(
+            requires_grad=isinstance(layer.beta, nn.Parameter), add_self_loops=False
+        ).to(adj.device)
         with torch.no_grad():
             conv.beta.copy_(layer.beta)
         return PyGConv(conv, adj)
     if isinstance(layer, fnn.GATConv):
         if layer.res_fc is not None or layer.fc is None:
-            raise ValueError("the PyG twin of GATConv has no residual and one projection (an int in_feats)")
-        conv = pyg_nn.GATConv(layer.in_feats, layer.out_feats, heads=layer.num_heads, concat=True,
-                              negative_slope=layer.leaky_relu.negative_slope, dropout=layer.attn_drop.p,
-                              add_self_loops=False, bias=layer.bias is not None).to(adj.device)
+            raise ValueError(
+                "the PyG twin of GATConv has no residual and one projection (an int in_feats)"
+            )
+        conv = pyg_nn.GATConv(
+            layer.in_feats,
+            layer.out_feats,
+            heads=layer.num_heads,
+            concat=True,
+            negative_slope=layer.leaky_relu.negative_slope,
+            dropout=layer.attn_drop.p,
+            add_self_loops=False,
+            bias=layer.bias is not None,
+        ).to(adj.device)
         with torch.no_grad():
             conv.lin.weight.copy_(layer.fc.weight)
             conv.att_src.copy_(layer.attn_l)
             conv.att_dst.copy_(layer.attn_r)
             if layer.bias is not None:
-                conv.bias.copy_(layer.bias)  # [heads * C] after the concatenation, as flashgnn adds it
+                conv.bias.copy_(
+                    layer.bias
+                )  # [heads * C] after the concatenation, as flashgnn adds it
         return PyGConv(conv, adj, layer.activation, copy.deepcopy(layer.feat_drop), layer.num_heads)
     raise TypeError(f"no PyG counterpart for {type(layer).__name__}")
 
@@ -203,40 +243,58 @@ def pyg_adjacency(graph: Graph, path: str) -> torch.Tensor:
     if path == "adj_t":
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            return torch.sparse_csr_tensor(graph.indptr, graph.indices,
-                                           torch.ones(graph.num_edges, device=graph.device),
-                                           (graph.num_nodes, graph.num_nodes), check_invariants=False)
+            return torch.sparse_csr_tensor(
+                graph.indptr,
+                graph.indices,
+                torch.ones(graph.num_edges, device=graph.device),
+                (graph.num_nodes, graph.num_nodes),
+                check_invariants=False,
+            )
     raise ValueError(f"unknown PyG input {path!r}")
 
 
 EAGER = "flashgnn eager"
 
 
-def implementations(pyg_paths, precisions: list[str], with_pyg: bool,
-                    eager: bool = False) -> list[tuple[str, str, str | None]]:
+def implementations(
+    pyg_paths, precisions: list[str], with_pyg: bool, eager: bool = False
+) -> list[tuple[str, str, str | None]]:
     """(impl label, precision, PyG input path or None for flashgnn) of every row to time; with
     ``eager`` also flashgnn's rows with the layers' kernel replay off (``EAGER``)."""
-    runs = [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
-    return runs + [(impl, p, None) for impl in ("flashgnn", EAGER)[:1 + eager] for p in precisions]
+    runs = (
+        [(f"PyG {path}", p, path) for path in pyg_paths for p in PYG_PRECISIONS] if with_pyg else []
+    )
+    return runs + [(impl, p, None) for impl in ("flashgnn", EAGER)[: 1 + eager] for p in precisions]
 
 
 def replays(module: nn.Module, x: torch.Tensor, graph: Graph) -> bool:
     """Whether a layer of ``module`` replays its kernels from CUDA graphs on features ``x``
     and ``graph`` (``ops.replay``)."""
-    return any(isinstance(r := getattr(m, "replay", None), NodeReplay) and r.applies(x, graph.num_edges)
-               for m in module.modules())
+    return any(
+        isinstance(r := getattr(m, "replay", None), NodeReplay) and r.applies(x, graph.num_edges)
+        for m in module.modules()
+    )
 
 
-def module_and_graph(module: nn.Module, graph: Graph, precision: str, path: str | None, cached: bool):
+def module_and_graph(
+    module: nn.Module, graph: Graph, precision: str, path: str | None, cached: bool
+):
     """What one row runs: a copy of the flashgnn ``module`` with ``graph`` prepared for
     ``precision`` (path None), or its PyG twin fed PyG's input ``path``."""
     if path is None:
-        return copy.deepcopy(module), prepare_graph(graph, False, graph.device, block_width(precision))
+        return copy.deepcopy(module), prepare_graph(
+            graph, False, graph.device, block_width(precision)
+        )
     return pyg_twin(module, pyg_adjacency(graph, path), cached), graph
 
 
 # ---------------------------------------------------------------------- measuring
-def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], object]], cuda_graph: bool = False):
+def measure(
+    row: ModelRow,
+    timer: Timer,
+    prepare: Callable[[], Callable[[], object]],
+    cuda_graph: bool = False,
+):
     """Fill ``row`` with the time of the step that ``prepare()`` returns (``prep_ms``: what
     ``prepare`` took), with ``cuda_graph`` the time of its CUDA-graph replay, and the peak
     device memory beyond what was allocated before ``prepare``; return the step's last
@@ -244,8 +302,13 @@ def measure(row: ModelRow, timer: Timer, prepare: Callable[[], Callable[[], obje
     return measure_rounds([(row, prepare)], timer, 1, cuda_graph)[0]
 
 
-def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], object]]]], timer: Timer,
-                   rounds: int, cuda_graph: bool = False, wall: bool = False) -> list:
+def measure_rounds(
+    entries: list[tuple[ModelRow, Callable[[], Callable[[], object]]]],
+    timer: Timer,
+    rounds: int,
+    cuda_graph: bool = False,
+    wall: bool = False,
+) -> list:
     """``measure`` for each (row, prepare) of ``entries``, the steps timed in turn: every step
     is prepared first, then each is timed once per round (warm-up and ``timer.iters`` calls),
     ``rounds`` times, and ``ms`` is the median of all its calls. On a host-bound graph the
@@ -259,7 +322,9 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
     free_device_memory(device)
     steps, resident, results = [], [], [None] * len(entries)
     samples, walls = [[] for _ in entries], [[] for _ in entries]
-    allocated = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
+    allocated = (
+        (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else (lambda: 0)
+    )
     with warnings.catch_warnings():
         # PyG builds sparse tensors without invariant checks and says so on every call
         warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
@@ -291,7 +356,9 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
                     continue
                 samples[i] += m.samples
                 results[i] = m.result
-                if m.extra_bytes is not None:  # CUDA: the step's own memory + its calls' peak beyond it
+                if (
+                    m.extra_bytes is not None
+                ):  # CUDA: the step's own memory + its calls' peak beyond it
                     row.peak_mb = max(row.peak_mb or 0.0, (resident[i] + m.extra_bytes) / 2**20)
         for i, (row, _) in enumerate(entries):
             if steps[i] is None:
@@ -310,9 +377,11 @@ def measure_rounds(entries: list[tuple[ModelRow, Callable[[], Callable[[], objec
 
 def timings(row: ModelRow) -> str:
     """The row's time, and its replay's, or its error: for progress lines."""
-    return ((f"{row.ms:9.3f} ms" if row.ms is not None else str(row.error))
-            + (f", wall {row.wall_ms:.3f} ms" if row.wall_ms is not None else "")
-            + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else ""))
+    return (
+        (f"{row.ms:9.3f} ms" if row.ms is not None else str(row.error))
+        + (f", wall {row.wall_ms:.3f} ms" if row.wall_ms is not None else "")
+        + (f", graph {row.graph_ms:.3f} ms" if row.graph_ms is not None else "")
+    )
 
 
 def step_ms(row: ModelRow) -> float | None:
@@ -339,9 +408,11 @@ def set_speedups(rows: list[ModelRow]) -> None:
     """speedup (speedup_fp16) of every row = the fastest PyG fp32 (fp16) step time of its
     (graph, model) / its step time (``step_ms``); graph_speedup = the fastest PyG fp32 time,
     eager step or CUDA-graph replay, / its graph_ms."""
-    for column, own, best in (("speedup", step_ms, _fastest_pyg(rows, "fp32", (step_ms,))),
-                              ("speedup_fp16", step_ms, _fastest_pyg(rows, "fp16", (step_ms,))),
-                              ("graph_speedup", _replay_ms, _fastest_pyg(rows, "fp32", (step_ms, _replay_ms)))):
+    for column, own, best in (
+        ("speedup", step_ms, _fastest_pyg(rows, "fp32", (step_ms,))),
+        ("speedup_fp16", step_ms, _fastest_pyg(rows, "fp16", (step_ms,))),
+        ("graph_speedup", _replay_ms, _fastest_pyg(rows, "fp32", (step_ms, _replay_ms))),
+    ):
         for r in rows:
             base, t = best.get((r.graph, r.model)), own(r)
             if base and t:
@@ -355,16 +426,24 @@ def row_table(rows: list[ModelRow]) -> tuple[list[str], list[list[str]]]:
 
 
 def markdown(title: str, env: dict, method: str, notes: list[str], rows: list[ModelRow]) -> str:
-    return "\n".join([
-        f"# {title}", "",
-        "\n".join(f"- {k}: {v}" for k, v in env.items()), "",
-        method, "",
-        *([("\n".join(f"- {n}" for n in notes)), ""] if notes else []),
-        table.markdown_table(*row_table(rows)), "",
-    ])
+    return "\n".join(
+        [
+            f"# {title}",
+            "",
+            "\n".join(f"- {k}: {v}" for k, v in env.items()),
+            "",
+            method,
+            "",
+            *([("\n".join(f"- {n}" for n in notes)), ""] if notes else []),
+            table.markdown_table(*row_table(rows)),
+            "",
+        ]
+    )
 
 
-def report(rows: list[ModelRow], notes: list[str], args, title: str, method: str, timer: Timer) -> int:
+def report(
+    rows: list[ModelRow], notes: list[str], args, title: str, method: str, timer: Timer
+) -> int:
     """Print the table and the notes, write --csv and --markdown; 1 when a flashgnn row
     failed (a PyG configuration PyG cannot run is not a failure of ours)."""
     env = environment(timer) if args.csv or args.markdown else {}
@@ -383,25 +462,42 @@ def report(rows: list[ModelRow], notes: list[str], args, title: str, method: str
 
 
 def add_common_arguments(p) -> None:
-    p.add_argument("--precisions", default=",".join(PRECISIONS),
-                   help="flashgnn precisions, comma list of fp32, tf32, fp16, bf16 (default all four)")
+    p.add_argument(
+        "--precisions",
+        default=",".join(PRECISIONS),
+        help="flashgnn precisions, comma list of fp32, tf32, fp16, bf16 (default all four)",
+    )
     p.add_argument("--no-pyg", action="store_true", help="flashgnn rows only")
     p.add_argument("--quick", action="store_true", help="a smaller graph and fewer timed calls")
     p.add_argument("--csv", type=Path, help="write every row to this CSV file")
     p.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)")
-    p.add_argument("--iters", type=int, default=None, help="timed calls, the median is reported (default 10, quick 3)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed calls first (default 3, quick 1)"
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="timed calls, the median is reported (default 10, quick 3)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="also time every step replayed from a CUDA graph (GPU time without the host's launches)")
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="also time every step replayed from a CUDA graph (GPU time without the host's "
+        "launches)",
+    )
 
 
 def setup(args, name: str) -> tuple[torch.device, Timer, list[str], list[str]] | None:
     """(device, timer, flashgnn precisions, notes), or None (after a message) without CUDA."""
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print(f"flashgnn bench {name}: no CUDA device; use --device cpu for a (slow) CPU run", file=sys.stderr)
+        print(
+            f"flashgnn bench {name}: no CUDA device; use --device cpu for a (slow) CPU run",
+            file=sys.stderr,
+        )
         return None
     precisions = comma_list(args.precisions, PRECISIONS, "precisions")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
@@ -419,29 +515,63 @@ def pyg_runs(args, notes: list[str]) -> bool:
 
 # ---------------------------------------------------------------------- the layer benchmark
 def add_arguments(p) -> None:
-    p.add_argument("--graphs", default=DEFAULT_GRAPHS,
-                   help=f"comma list of graph names, or real, generated, all (default {DEFAULT_GRAPHS})")
+    p.add_argument(
+        "--graphs",
+        default=DEFAULT_GRAPHS,
+        help=f"comma list of graph names, or real, generated, all (default {DEFAULT_GRAPHS})",
+    )
     add_common_arguments(p)
-    p.add_argument("--data", default=None, help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept")
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                   help=f"comma list of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="time a layer's rows in turns, this many rounds of --iters calls each, the median over "
-                        "all (for host-bound graphs; every row's step is then alive at once)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)",
+    )
+    p.add_argument(
+        "--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept"
+    )
+    p.add_argument(
+        "--models",
+        default=",".join(DEFAULT_MODELS),
+        help=f"comma list of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time a layer's rows in turns, this many rounds of --iters calls each, the median "
+        "over "
+        "all (for host-bound graphs; every row's step is then alive at once)",
+    )
 
 
-def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], with_pyg: bool,
-                seed: int, cuda_graph: bool = False, models=DEFAULT_MODELS, rounds: int = 1) -> list[ModelRow]:
+def bench_graph(
+    name: str,
+    graph: Graph,
+    timer: Timer,
+    precisions: list[str],
+    with_pyg: bool,
+    seed: int,
+    cuda_graph: bool = False,
+    models=DEFAULT_MODELS,
+    rounds: int = 1,
+) -> list[ModelRow]:
     """Every row of one graph (with self-loops, on the timer's device) and of each of ``models``;
     with ``rounds`` > 1 a model's rows are timed in turns (``measure_rounds``)."""
     device = timer.device
     torch.manual_seed(seed)
-    layers = {"GCNConv": (lambda: fnn.GCNConv(GCN_FEATURES, GCN_FEATURES), GCN_FEATURES,
-                          ("adj_t", "adj_t cached", "edge_index")),
-              "AGNNConv": (fnn.AGNNConv, AGNN_FEATURES, ("edge_index",)),
-              "GATConv": (lambda: fnn.GATConv(GAT_FEATURES, GAT_FEATURES // GAT_HEADS, GAT_HEADS), GAT_FEATURES,
-                          ("edge_index",))}
+    layers = {
+        "GCNConv": (
+            lambda: fnn.GCNConv(GCN_FEATURES, GCN_FEATURES),
+            GCN_FEATURES,
+            ("adj_t", "adj_t cached", "edge_index"),
+        ),
+        "AGNNConv": (fnn.AGNNConv, AGNN_FEATURES, ("edge_index",)),
+        "GATConv": (
+            lambda: fnn.GATConv(GAT_FEATURES, GAT_FEATURES // GAT_HEADS, GAT_HEADS),
+            GAT_FEATURES,
+            ("edge_index",),
+        ),
+    }
     rows = []
     for model in models:
         make, features, pyg_paths = layers[model]
@@ -451,11 +581,21 @@ def bench_graph(name: str, graph: Graph, timer: Timer, precisions: list[str], wi
         x = torch.randn(graph.num_nodes, features, generator=gen, device=device).requires_grad_()
         proj = torch.randn(graph.num_nodes, features, generator=gen, device=device)
         entries = []
-        for impl, precision, path in implementations(pyg_paths, precisions, with_pyg, replays(layer, x, graph)):
+        for impl, precision, path in implementations(
+            pyg_paths, precisions, with_pyg, replays(layer, x, graph)
+        ):
+
             def prepare(layer=layer, precision=precision, path=path, impl=impl, x=x, proj=proj):
-                module, g = module_and_graph(layer, graph, precision, path and path.split()[0],
-                                             cached=path is not None and "cached" in path)
-                return fwd_bwd(set_replay(module, False) if impl == EAGER else module, g, x, proj, precision)
+                module, g = module_and_graph(
+                    layer,
+                    graph,
+                    precision,
+                    path and path.split()[0],
+                    cached=path is not None and "cached" in path,
+                )
+                return fwd_bwd(
+                    set_replay(module, False) if impl == EAGER else module, g, x, proj, precision
+                )
 
             entries.append((ModelRow(name, model, impl, precision), prepare))
         ref = None
@@ -488,6 +628,7 @@ def fwd_bwd(module: nn.Module, graph: Graph, x: torch.Tensor, proj: torch.Tensor
                 grad_out[out.dtype] = proj.to(out.dtype).view_as(out)  # GAT: [N, heads, C]
             torch.autograd.grad(out, inputs, grad_out[out.dtype])
         return out.detach()
+
     return step
 
 
@@ -496,13 +637,21 @@ def bar_lines(rows: list[ModelRow]) -> list[str]:
     lines = []
     for graph in dict.fromkeys(r.graph for r in rows):
         for model, precision, target in BARS:
-            (row,) = [r for r in rows if (r.graph, r.model, r.impl, r.precision) == (graph, model, "flashgnn", precision)
-                      ] or [None]
+            (row,) = [
+                r
+                for r in rows
+                if (r.graph, r.model, r.impl, r.precision) == (graph, model, "flashgnn", precision)
+            ] or [None]
             for mode, column in (("", "speedup"), (" (CUDA graphs)", "graph_speedup")):
-                what = f"bar {graph} {model} flashgnn {precision}{mode} >= {target:g}x the fastest PyG fp32:"
+                what = (
+                    f"bar {graph} {model} flashgnn {precision}{mode} >= {target:g}x the "
+                    "fastest PyG fp32:"
+                )
                 speedup = None if row is None else getattr(row, column)
                 if speedup is not None:
-                    lines.append(f"{what} {speedup:.2f}x {'met' if speedup >= target else 'NOT met'}")
+                    lines.append(
+                        f"{what} {speedup:.2f}x {'met' if speedup >= target else 'NOT met'}"
+                    )
                 elif not mode:
                     lines.append(f"{what} not measured")
     return lines
@@ -519,20 +668,44 @@ def run(args) -> int:
     rows: list[ModelRow] = []
     for name in names:
         try:
-            g = load_graph(name, root, QUICK_SCALE if args.quick and name in GENERATED else 1, args.cache_dir)
-            graph = Graph(torch.from_numpy(g.indptr).to(device), torch.from_numpy(g.indices).to(device),
-                          g.num_nodes).add_self_loops()
+            g = load_graph(
+                name, root, QUICK_SCALE if args.quick and name in GENERATED else 1, args.cache_dir
+            )
+            graph = Graph(
+                torch.from_numpy(g.indptr).to(device),
+                torch.from_numpy(g.indices).to(device),
+                g.num_nodes,
+            ).add_self_loops()
             label, nnz = g.name, graph.num_edges
             del g
         except Exception as e:  # noqa: BLE001 - recorded in the table instead
-            rows.append(ModelRow(name, "", "flashgnn", "",
-                                 error=f"loading the graph: {describe_error(e)}"))
+            rows.append(
+                ModelRow(name, "", "flashgnn", "", error=f"loading the graph: {describe_error(e)}")
+            )
             continue
-        print(f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True)
-        rows += bench_graph(label, graph, timer, precisions, pyg_runs(args, notes), args.seed,
-                            args.cuda_graph and device.type == "cuda", models, args.rounds)
+        print(
+            f"== {label}: {graph.num_nodes:,} nodes, {nnz:,} nonzeros with self-loops", flush=True
+        )
+        rows += bench_graph(
+            label,
+            graph,
+            timer,
+            precisions,
+            pyg_runs(args, notes),
+            args.seed,
+            args.cuda_graph and device.type == "cuda",
+            models,
+            args.rounds,
+        )
         del graph
         free_device_memory(device)
     set_speedups(rows)
     notes = notes + bar_lines(rows)
-    return report(rows, notes, args, "Layer benchmark (forward + backward)", __doc__.split("\n\n", 1)[1], timer)
+    return report(
+        rows,
+        notes,
+        args,
+        "Layer benchmark (forward + backward)",
+        __doc__.split("\n\n", 1)[1],
+        timer,
+    )

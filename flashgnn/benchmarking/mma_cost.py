@@ -2,10 +2,14 @@
 and on the 16x1 baseline (flashgnn.format16), fp16/bf16 operands on mma.m16n8k8.
 
 MMAs, as each design needs them (N feature columns for SpMM, K features for SDDMM):
-  SpMM 8x1:   sum over windows of ceil(vectors / 8) * ceil(N / 16)  (16 features x 8 rows, 8 vectors)
-  SpMM 16x1:  blocks * ceil(N / 8)                                  (16 rows x 8 features, 8 columns)
-  SDDMM 8x1:  sum over windows of ceil(vectors / 16) * ceil(K / 8)  (16 vectors x 8 rows, 8 features)
-  SDDMM 16x1: blocks * ceil(K / 8)                                  (16 rows x 8 columns, 8 features)
+  SpMM 8x1:   sum over windows of ceil(vectors / 8) * ceil(N / 16)  (16 features x 8 rows, 8
+  vectors)
+  SpMM 16x1:  blocks * ceil(N / 8)                                  (16 rows x 8 features, 8
+  columns)
+  SDDMM 8x1:  sum over windows of ceil(vectors / 16) * ceil(K / 8)  (16 vectors x 8 rows, 8
+  features)
+  SDDMM 16x1: blocks * ceil(K / 8)                                  (16 rows x 8 columns, 8
+  features)
 The kernels may issue a few more, all on zeros: spmm.cu's feature chunks (32 or 64 columns) round
 N up, blocked16.cu's (32 or 64) too; the ablation's sizes (N = 32, 128; K = 32) are multiples
 of every chunk.
@@ -19,6 +23,7 @@ across windows makes (``elem``: bytes of a dense element, 2 for fp16/bf16; value
   SDDMM 16x1: row_ptr + col_idx + vec_mask (int16, 8 per block) + X (once) + Y (8 rows per
               block) + out (128 per block)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,15 +64,22 @@ def _gathered_rows(fmt: MEBCRS | Blocked16) -> int:
 def spmm_cost(fmt: MEBCRS | Blocked16, n: int, elem: int = 2) -> Cost:
     per_mma = 16 if fmt.vector == 8 else COLS
     mmas = _mma_steps(fmt, 8) * _ceil(n, per_mma)
-    pattern = (fmt.row_ptr, fmt.col_idx) + ((fmt.vec_mask,) if fmt.vector == 8 else ())  # 16x1 reads no mask
-    nbytes = _stored_bytes(*pattern) + 4 * fmt.n_slots + elem * n * (_gathered_rows(fmt) + fmt.n_rows)
+    pattern = (fmt.row_ptr, fmt.col_idx) + (
+        (fmt.vec_mask,) if fmt.vector == 8 else ()
+    )  # 16x1 reads no mask
+    nbytes = (
+        _stored_bytes(*pattern) + 4 * fmt.n_slots + elem * n * (_gathered_rows(fmt) + fmt.n_rows)
+    )
     return Cost(mmas, nbytes)
 
 
 def sddmm_cost(fmt: MEBCRS | Blocked16, k: int, elem: int = 2) -> Cost:
     mmas = _mma_steps(fmt, 16) * _ceil(k, 8)
-    nbytes = (_stored_bytes(fmt.row_ptr, fmt.col_idx, fmt.vec_mask) + elem * k * (fmt.n_rows + _gathered_rows(fmt))
-              + 4 * fmt.n_slots)
+    nbytes = (
+        _stored_bytes(fmt.row_ptr, fmt.col_idx, fmt.vec_mask)
+        + elem * k * (fmt.n_rows + _gathered_rows(fmt))
+        + 4 * fmt.n_slots
+    )
     return Cost(mmas, nbytes)
 
 
@@ -77,4 +89,3 @@ def padding_fraction(fmt: MEBCRS | Blocked16) -> float:
     if fmt.vector == 8 or fmt.n_blocks == 0:
         return 0.0
     return fmt.n_padding_columns / (COLS * fmt.n_blocks)
-

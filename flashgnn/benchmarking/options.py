@@ -1,4 +1,5 @@
 """Command-line options and values that several benchmarks share."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,12 +24,21 @@ def comma_list(text: str, allowed, what: str) -> list[str]:
 def add_run_arguments(p) -> None:
     """Device, data and timing options shared by the kernel-level benchmarks."""
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--data", default=None,
-                   help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                   help="where generated graphs are kept")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="untimed calls first (default 5, quick 2)")
-    p.add_argument("--iters", type=int, default=None,
-                   help="timed calls, the median is reported (default 30, quick 10)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)",
+    )
+    p.add_argument(
+        "--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed calls first (default 5, quick 2)"
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="timed calls, the median is reported (default 30, quick 10)",
+    )
     p.add_argument("--seed", type=int, default=0)

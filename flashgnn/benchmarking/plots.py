@@ -1,5 +1,6 @@
 """PNG plots of benchmark results (matplotlib, the optional ``plot`` extra), each stamped with
 where the numbers were measured."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,8 +41,14 @@ def _save(plt, fig, stamp: str, path: Path) -> Path:
     return path
 
 
-def distribution(groups: dict[str, list[float]], ylabel: str, title: str, stamp: str, path: Path,
-                 marked: dict[str, list[tuple[str, float]]] | None = None) -> Path:
+def distribution(
+    groups: dict[str, list[float]],
+    ylabel: str,
+    title: str,
+    stamp: str,
+    path: Path,
+    marked: dict[str, list[tuple[str, float]]] | None = None,
+) -> Path:
     """One box (and its points, jittered) per label of ``groups`` on a log axis with a line at
     1; ``marked``: named values drawn apart per label (the generated graphs, say)."""
     plt, fig = _figure(max(6.0, 0.55 * len(groups) + 2))
@@ -52,12 +59,23 @@ def distribution(groups: dict[str, list[float]], ylabel: str, title: str, stamp:
         ax.boxplot([groups[labels[i - 1]] for i in filled], positions=filled, showfliers=False)
     jitter = np.random.default_rng(0)
     for i, k in enumerate(labels, start=1):
-        ax.plot(i + jitter.uniform(-0.15, 0.15, len(groups[k])), groups[k], ".", color="tab:blue",
-                alpha=0.5, markersize=4)
+        ax.plot(
+            i + jitter.uniform(-0.15, 0.15, len(groups[k])),
+            groups[k],
+            ".",
+            color="tab:blue",
+            alpha=0.5,
+            markersize=4,
+        )
     names = sorted({name for pairs in (marked or {}).values() for name, _ in pairs})
     for name, marker in zip(names, "D^sv*P"):
-        points = [(labels.index(k) + 1, v) for k, pairs in (marked or {}).items() if k in labels
-                  for n, v in pairs if n == name]
+        points = [
+            (labels.index(k) + 1, v)
+            for k, pairs in (marked or {}).items()
+            if k in labels
+            for n, v in pairs
+            if n == name
+        ]
         if points:
             ax.plot(*zip(*points), marker, linestyle="none", label=name, markersize=6)
     ax.axhline(1.0, color="0.5", linewidth=0.8)
@@ -71,8 +89,14 @@ def distribution(groups: dict[str, list[float]], ylabel: str, title: str, stamp:
     return _save(plt, fig, stamp, path)
 
 
-def scatter(panels: dict[str, dict[str, list[tuple[float, float]]]], xlabel: str, ylabel: str, title: str,
-            stamp: str, path: Path) -> Path:
+def scatter(
+    panels: dict[str, dict[str, list[tuple[float, float]]]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    stamp: str,
+    path: Path,
+) -> Path:
     """One log-log panel per key of ``panels`` (three to a row), one series of (x, y) points
     per label."""
     cols = min(3, len(panels))

@@ -7,6 +7,7 @@ benchmark on that GPU replaces it), ``<gpu>`` the GPU's name as a slug (``gpu_sl
 and, from ``provenance``, the commit, the UTC date and the command line that reproduces the run.
 ``flashgnn bench report --results <results>`` turns the folder into BENCHMARKS.md.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -48,8 +49,11 @@ def device_name(device: str) -> str:
 def find(results: Path) -> list[tuple[str, str, Path]]:
     """(GPU slug, benchmark, CSV path) of every current result in the folder ``results``
     (earlier runs kept beside them, ``before_path``, left out), sorted."""
-    return [(p.parent.name, p.stem, p) for p in sorted(Path(results).glob("*/*.csv"))
-            if not p.stem.endswith(BEFORE)]
+    return [
+        (p.parent.name, p.stem, p)
+        for p in sorted(Path(results).glob("*/*.csv"))
+        if not p.stem.endswith(BEFORE)
+    ]
 
 
 def before_path(path: Path) -> Path:
@@ -65,15 +69,22 @@ def commit(repo: Path = REPO_ROOT) -> str:
     checkout without its .git: the commit it was copied from); else "unknown"."""
     if os.environ.get("FLASHGNN_COMMIT"):
         return os.environ["FLASHGNN_COMMIT"]
+
     def git(*args: str) -> str:
         # safe.directory: a checkout copied to another machine may belong to another user
-        return subprocess.run(["git", "-C", str(repo), "-c", f"safe.directory={repo}", *args],
-                              capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), "-c", f"safe.directory={repo}", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
 
     try:
         head = git("rev-parse", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                      f":(exclude){RESULTS_DIR}")
+        changed = git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){RESULTS_DIR}"
+        )
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
     return f"{head}-dirty" if changed else head
@@ -92,5 +103,8 @@ def command_line(argv: list[str] | None = None) -> str:
 def provenance() -> dict[str, str]:
     """commit, date (UTC, ISO 8601) and command of the running benchmark, for its stamp."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    return {"commit": commit(), "date": now.isoformat(timespec="seconds"),
-            "command": command_line()}
+    return {
+        "commit": commit(),
+        "date": now.isoformat(timespec="seconds"),
+        "command": command_line(),
+    }

@@ -1,5 +1,6 @@
 """Benchmark result rows and their tables: CSV (with the environment beside it), Markdown,
 and aligned text for the terminal."""
+
 from __future__ import annotations
 
 import csv
@@ -34,8 +35,14 @@ class Row:
 
 
 COLUMNS = [f.name for f in fields(Row)]
-_HEADERS = {"size": "N/K", "gbps": "GB/s", "gflops": "GFLOPS", "speedup": "x base",
-            "rel_err": "rel err", "extra_mb": "op MB"}
+_HEADERS = {
+    "size": "N/K",
+    "gbps": "GB/s",
+    "gflops": "GFLOPS",
+    "speedup": "x base",
+    "rel_err": "rel err",
+    "extra_mb": "op MB",
+}
 
 
 def geomean(values) -> float:
@@ -52,8 +59,7 @@ def geomean_rows(rows: list[Row], graphs: set[str], label: str) -> list[Row]:
         if r.graph in graphs and r.speedup and not r.error:
             groups[(r.op, r.impl, r.size)].append(r.speedup)
     return [
-        Row(f"{label} ({len(v)} graphs)", None, op, impl, size,
-            speedup=geomean(v))
+        Row(f"{label} ({len(v)} graphs)", None, op, impl, size, speedup=geomean(v))
         for (op, impl, size), v in groups.items()
     ]
 
@@ -83,10 +89,15 @@ def used_columns(rows: list[Row]) -> list[str]:
 
 
 def text_table(header: list[str], body: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
+    widths = [
+        max(len(h), *(len(row[i]) for row in body)) if body else len(h)
+        for i, h in enumerate(header)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) if c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths))
-              for row in body]
+    lines += [
+        "  ".join(c.rjust(w) if c[:1].isdigit() else c.ljust(w) for c, w in zip(row, widths))
+        for row in body
+    ]
     return "\n".join(lines)
 
 
@@ -134,12 +145,17 @@ def read_csv(path, row_type: type) -> list:
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         present = set(reader.fieldnames or ())
-        missing = [x.name for x in fields(row_type)
-                   if x.name not in present and x.default is MISSING and x.default_factory is MISSING]
+        missing = [
+            x.name
+            for x in fields(row_type)
+            if x.name not in present and x.default is MISSING and x.default_factory is MISSING
+        ]
         if missing:
             raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}")
         kept = [x for x in fields(row_type) if x.name in present]
-        return [row_type(**{x.name: _parse(line[x.name], str(x.type)) for x in kept}) for line in reader]
+        return [
+            row_type(**{x.name: _parse(line[x.name], str(x.type)) for x in kept}) for line in reader
+        ]
 
 
 def _parse(text: str, annotation: str):

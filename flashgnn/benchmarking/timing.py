@@ -25,14 +25,16 @@ the public reference implementation of FlashSparse timed its kernels (a loop of 
 between two events, divided by the launches), here without the host's launch cost: it
 measures what a call costs inside a longer run of GPU work, as in a training step.
 """
+
 from __future__ import annotations
 
 import gc
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -71,8 +73,13 @@ class Timer:
     sample is one call by the host's clock. ``peak_bytes`` is the peak device memory allocated
     over the timer's life (None on the CPU)."""
 
-    def __init__(self, device: torch.device, warmup: int = 5, iters: int = 30,
-                 head_start: int = LAYER_HEAD_START):
+    def __init__(
+        self,
+        device: torch.device,
+        warmup: int = 5,
+        iters: int = 30,
+        head_start: int = LAYER_HEAD_START,
+    ):
         if warmup < 0 or iters < 1:
             raise ValueError(f"need warmup >= 0 and iters >= 1, got {warmup} and {iters}")
         self.device = torch.device(device)
@@ -90,8 +97,9 @@ class Timer:
             return None
         return max(self._peak, torch.cuda.max_memory_allocated(self.device))
 
-    def __call__(self, fn: Callable[[], Any], warmup: int | None = None,
-                 iters: int | None = None) -> Measurement:
+    def __call__(
+        self, fn: Callable[[], Any], warmup: int | None = None, iters: int | None = None
+    ) -> Measurement:
         """Time ``fn()``; ``warmup`` and ``iters`` override the timer's own for this call."""
         for _ in range(self.warmup if warmup is None else warmup):
             fn()
@@ -114,8 +122,10 @@ class Timer:
         self._peak = self.peak_bytes
         before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(iters)
+        ]
         result = None
         for start, end in events:
             torch.amax(self._scratch)
@@ -141,26 +151,42 @@ class BackToBackTimer:
     ``fn`` must be capturable (no host synchronisation); a capture failure is raised. On the CPU
     a sample is a loop of ``calls`` calls timed by the host clock."""
 
-    def __init__(self, device: torch.device, warmup: int = 5, iters: int = 30, sample_ms: float = 2.0,
-                 max_calls: int = 100):
+    def __init__(
+        self,
+        device: torch.device,
+        warmup: int = 5,
+        iters: int = 30,
+        sample_ms: float = 2.0,
+        max_calls: int = 100,
+    ):
         if warmup < 0 or iters < 1 or max_calls < 1 or not sample_ms > 0:
-            raise ValueError(f"need warmup >= 0, iters >= 1, max_calls >= 1 and sample_ms > 0, got "
-                             f"{warmup}, {iters}, {max_calls} and {sample_ms}")
+            raise ValueError(
+                f"need warmup >= 0, iters >= 1, max_calls >= 1 and sample_ms > 0, got "
+                f"{warmup}, {iters}, {max_calls} and {sample_ms}"
+            )
         self.device = torch.device(device)
-        self.warmup, self.iters, self.sample_ms, self.max_calls = warmup, iters, sample_ms, max_calls
+        self.warmup, self.iters, self.sample_ms, self.max_calls = (
+            warmup,
+            iters,
+            sample_ms,
+            max_calls,
+        )
 
     @property
     def peak_bytes(self) -> int | None:
         return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
 
-    def __call__(self, fn: Callable[[], Any], warmup: int | None = None,
-                 iters: int | None = None) -> Measurement:
+    def __call__(
+        self, fn: Callable[[], Any], warmup: int | None = None, iters: int | None = None
+    ) -> Measurement:
         for _ in range(self.warmup if warmup is None else warmup):
             fn()
         iters = self.iters if iters is None else iters
         sample = self._samples_cuda if self.device.type == "cuda" else self._samples_cpu
         probe, _ = sample(fn, 1, 3)
-        calls = max(1, min(self.max_calls, math.ceil(self.sample_ms / max(statistics.median(probe), 1e-6))))
+        calls = max(
+            1, min(self.max_calls, math.ceil(self.sample_ms / max(statistics.median(probe), 1e-6)))
+        )
         samples, result = sample(fn, calls, iters)
         return Measurement(statistics.median(samples), samples, None, result, calls)
 
@@ -184,8 +210,10 @@ class BackToBackTimer:
             return out
 
         step = CudaGraphStep(repeated, warmup=1).capture()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(iters)
+        ]
         step()  # the first replay uploads the graph
         for start, end in events:
             start.record()
@@ -215,8 +243,9 @@ class ProfilerTimer:
     def peak_bytes(self) -> int | None:
         return torch.cuda.max_memory_allocated(self.device)
 
-    def __call__(self, fn: Callable[[], Any], warmup: int | None = None,
-                 iters: int | None = None) -> Measurement:
+    def __call__(
+        self, fn: Callable[[], Any], warmup: int | None = None, iters: int | None = None
+    ) -> Measurement:
         from torch.profiler import ProfilerActivity, profile
 
         for _ in range(self.warmup if warmup is None else warmup):
@@ -237,15 +266,20 @@ def device_time_ms(events) -> float:
     in ms; user annotations, which span other activities, are left out."""
     from torch.autograd import DeviceType
 
-    gpu = [e for e in events
-           if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    gpu = [
+        e
+        for e in events
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
     return sum(e.time_range.elapsed_us() for e in gpu) / 1e3
 
 
 TIMERS = ("cold", "back-to-back")
 
 
-def kernel_timer(kind: str, device: torch.device, warmup: int, iters: int) -> Timer | BackToBackTimer:
+def kernel_timer(
+    kind: str, device: torch.device, warmup: int, iters: int
+) -> Timer | BackToBackTimer:
     """The kernel benchmarks' timer named ``kind`` (one of TIMERS): "cold", a Timer with the
     kernel head start, or "back-to-back"."""
     if kind == "cold":
@@ -283,8 +317,9 @@ def wall_median_ms(fn: Callable[[], Any], reps: int, device: torch.device | str 
     return statistics.median(wall_per_call(fn, 1, device) for _ in range(reps))
 
 
-def timed_call(fn: Callable[[], Any],
-               device: torch.device | str | None = None) -> tuple[Any, float]:
+def timed_call(
+    fn: Callable[[], Any], device: torch.device | str | None = None
+) -> tuple[Any, float]:
     """(``fn()``, the seconds it took by the host's clock, the GPU of ``device`` synchronised
     after it when ``device`` is CUDA, not before): a one-off cost such as building a format or
     generating a graph, queued GPU work included."""
@@ -314,8 +349,13 @@ def event_median_ms(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def host_us_per_call(fn: Callable[[], Any], device: torch.device | str, calls: int = 200,
-                     loops: int = 7, head_start: int = KERNEL_HEAD_START) -> float:
+def host_us_per_call(
+    fn: Callable[[], Any],
+    device: torch.device | str,
+    calls: int = 200,
+    loops: int = 7,
+    head_start: int = KERNEL_HEAD_START,
+) -> float:
     """The host's time alone of one call of ``fn``, in microseconds: the median over ``loops``
     loops of ``calls`` calls by the host's clock, per call. On CUDA a GPU sleep of
     ``head_start`` cycles is queued ahead of each loop and the GPU synchronised after it, so

@@ -3,6 +3,7 @@ generated graph, all returned as one ``Dataset``.
 
 ``load_dataset(name, root=None, **kw)``; ``root`` defaults to ``default_root()``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,9 @@ SYNTHETIC = "synthetic"
 AMAZON_PRODUCTS = "amazon-products"
 
 
-def load_dataset(name: str, root: str | Path | None = None, *, normalize_features: bool = False,
-                 **kw) -> Dataset:
+def load_dataset(
+    name: str, root: str | Path | None = None, *, normalize_features: bool = False, **kw
+) -> Dataset:
     """Load dataset ``name``:
 
     - "ogbn-arxiv", "ogbn-products", "ogbn-proteins": ogb's layout under ``root``; keyword
@@ -63,7 +65,7 @@ def _load(name: str, root, **kw) -> Dataset:
     if name.startswith("igb-"):
         from .igb import load_igb
 
-        return load_igb(name[len("igb-"):], root, **kw)
+        return load_igb(name[len("igb-") :], root, **kw)
     if name == AMAZON_PRODUCTS:
         from .amazon import load_amazon_products
 

@@ -5,6 +5,7 @@ adjacency, scipy CSR saved by ``scipy.sparse.save_npz``), ``feats.npy`` float [n
 ``class_map.json`` {node id: [0/1 x 107]} and ``role.json`` {"tr": [...], "va": [...],
 "te": [...]} (train/val/test node ids). Multi-label; scored by micro-F1 as in GraphSAINT.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ def _class_map(path: Path, n: int, progress: bool | None) -> np.ndarray:
         raise ValueError(f"{path} labels {len(class_map)} nodes; the graph has {n}")
     first = next(iter(class_map.values()))
     if not isinstance(first, list):
-        raise ValueError(f"{path} maps nodes to {type(first).__name__}; AmazonProducts' labels are 0/1 lists")
+        raise ValueError(
+            f"{path} maps nodes to {type(first).__name__}; AmazonProducts' labels are 0/1 lists"
+        )
     y = np.zeros((n, len(first)), dtype=np.uint8)
     with progress_bar(n, "amazon-products labels", "node", progress) as bar:
         for node, labels in class_map.items():
@@ -48,7 +51,9 @@ def load_amazon_products(root: Path, progress: bool | None = None) -> Dataset:
     n = adj.shape[0]
     if adj.shape != (n, n):
         raise ValueError(f"adj_full.npz must be square, got shape {adj.shape}")
-    indptr, indices = canonical_csr(adj.indptr, adj.indices, n, progress=progress, desc="amazon-products")
+    indptr, indices = canonical_csr(
+        adj.indptr, adj.indices, n, progress=progress, desc="amazon-products"
+    )
     del adj
     x = np.load(folder / "feats.npy", mmap_mode="c")
     if x.shape[0] != n:
@@ -57,6 +62,14 @@ def load_amazon_products(root: Path, progress: bool | None = None) -> Dataset:
     with open(folder / "role.json") as f:
         role = json.load(f)
     masks = (index_mask(role[part], n) for part in ("tr", "va", "te"))
-    return Dataset("amazon-products", graph_from_csr(indptr, indices, n), torch.from_numpy(x),
-                   torch.from_numpy(y), *masks, num_classes=y.shape[1], multi_label=True,
-                   metric="f1_micro", scorer=scorer("f1_micro"))
+    return Dataset(
+        "amazon-products",
+        graph_from_csr(indptr, indices, n),
+        torch.from_numpy(x),
+        torch.from_numpy(y),
+        *masks,
+        num_classes=y.shape[1],
+        multi_label=True,
+        metric="f1_micro",
+        scorer=scorer("f1_micro"),
+    )

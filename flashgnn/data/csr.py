@@ -6,9 +6,11 @@ columns sources, so ``out[dst] += x[src]`` is one SpMM. Inputs may be memory-map
 are read in chunks of ``chunk_size`` entries, so the extra memory is the output plus a
 few chunks, and a progress bar (tqdm; hidden off a terminal) follows every pass.
 """
+
 from __future__ import annotations
 
 import numpy as np
+
 from .progress import progress_bar
 
 CHUNK_SIZE = 1 << 24
@@ -25,7 +27,10 @@ def _directed_chunks(src, dst, undirected: bool, chunk_size: int):
     for rows, cols in directions:
         for start in range(0, len(rows), chunk_size):
             stop = min(len(rows), start + chunk_size)
-            yield np.asarray(rows[start:stop], dtype=np.int64), np.asarray(cols[start:stop], dtype=np.int64)
+            yield (
+                np.asarray(rows[start:stop], dtype=np.int64),
+                np.asarray(cols[start:stop], dtype=np.int64),
+            )
 
 
 def _kept(rows: np.ndarray, cols: np.ndarray, num_nodes: int, drop_self_loops: bool):
@@ -33,7 +38,9 @@ def _kept(rows: np.ndarray, cols: np.ndarray, num_nodes: int, drop_self_loops: b
         lo = min(int(rows.min()), int(cols.min()))
         hi = max(int(rows.max()), int(cols.max()))
         if lo < 0 or hi >= num_nodes:
-            raise ValueError(f"edge endpoint {lo if lo < 0 else hi} is out of range [0, {num_nodes})")
+            raise ValueError(
+                f"edge endpoint {lo if lo < 0 else hi} is out of range [0, {num_nodes})"
+            )
     if drop_self_loops:
         keep = rows != cols
         return rows[keep], cols[keep]
@@ -59,9 +66,17 @@ def _add_counts(counts: np.ndarray, rows: np.ndarray) -> None:
         counts[distinct] += n
 
 
-def edges_to_csr(src, dst, num_nodes: int, *, undirected: bool = False, drop_self_loops: bool = True,
-                 chunk_size: int = CHUNK_SIZE, progress: bool | None = None,
-                 desc: str = "edges -> CSR") -> tuple[np.ndarray, np.ndarray]:
+def edges_to_csr(
+    src,
+    dst,
+    num_nodes: int,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = True,
+    chunk_size: int = CHUNK_SIZE,
+    progress: bool | None = None,
+    desc: str = "edges -> CSR",
+) -> tuple[np.ndarray, np.ndarray]:
     """Canonical CSR of the edges ``src[i] -> dst[i]`` (rows = destinations).
 
     src, dst: integer arrays [E] (NumPy arrays or memory maps). ``undirected`` adds every
@@ -93,23 +108,46 @@ def edges_to_csr(src, dst, num_nodes: int, *, undirected: bool = False, drop_sel
             indices[cursor[rows] + np.arange(rows.size) - group_start] = cols
             cursor[distinct] += n
             bar.update(n_in)
-    return canonical_csr(indptr, indices, num_nodes, drop_self_loops=False, chunk_size=chunk_size,
-                         progress=progress, desc=desc)
+    return canonical_csr(
+        indptr,
+        indices,
+        num_nodes,
+        drop_self_loops=False,
+        chunk_size=chunk_size,
+        progress=progress,
+        desc=desc,
+    )
 
 
-def canonical_csr(indptr, indices, num_cols: int, *, drop_self_loops: bool = True,
-                  chunk_size: int = CHUNK_SIZE, progress: bool | None = None,
-                  desc: str = "CSR") -> tuple[np.ndarray, np.ndarray]:
+def canonical_csr(
+    indptr,
+    indices,
+    num_cols: int,
+    *,
+    drop_self_loops: bool = True,
+    chunk_size: int = CHUNK_SIZE,
+    progress: bool | None = None,
+    desc: str = "CSR",
+) -> tuple[np.ndarray, np.ndarray]:
     """Sort the columns of every row, merge duplicates and (with ``drop_self_loops``)
     drop the diagonal. ``indices`` is rewritten in place when it is a writable array of the
     output dtype; the input is not otherwise copied. Returns (indptr int64, indices)."""
     indptr = np.asarray(indptr, dtype=np.int64)
     n_rows = len(indptr) - 1
     dtype = _index_dtype(max(num_cols, n_rows))
-    if not (isinstance(indices, np.ndarray) and indices.dtype == dtype and indices.flags.writeable
-            and not isinstance(indices, np.memmap)):
+    if not (
+        isinstance(indices, np.ndarray)
+        and indices.dtype == dtype
+        and indices.flags.writeable
+        and not isinstance(indices, np.memmap)
+    ):
         indices = np.array(indices, dtype=dtype)
-    if n_rows < 0 or int(indptr[0]) != 0 or int(indptr[-1]) != len(indices) or np.any(np.diff(indptr) < 0):
+    if (
+        n_rows < 0
+        or int(indptr[0]) != 0
+        or int(indptr[-1]) != len(indices)
+        or np.any(np.diff(indptr) < 0)
+    ):
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
     new_counts = np.zeros(n_rows, dtype=np.int64)
     written = 0
@@ -122,8 +160,10 @@ def canonical_csr(indptr, indices, num_cols: int, *, drop_self_loops: bool = Tru
             a, b = int(indptr[row]), int(indptr[end])
             cols = indices[a:b].astype(np.int64)
             if cols.size and (int(cols.min()) < 0 or int(cols.max()) >= num_cols):
-                raise ValueError(f"column index out of range [0, {num_cols}) in rows {row}..{end - 1}")
-            local = np.repeat(np.arange(end - row, dtype=np.int64), np.diff(indptr[row:end + 1]))
+                raise ValueError(
+                    f"column index out of range [0, {num_cols}) in rows {row}..{end - 1}"
+                )
+            local = np.repeat(np.arange(end - row, dtype=np.int64), np.diff(indptr[row : end + 1]))
             keys = np.sort(local * num_cols + cols)
             keep = np.r_[True, keys[1:] != keys[:-1]] if keys.size else np.zeros(0, dtype=bool)
             local_rows, cols = np.divmod(keys[keep], num_cols)
@@ -131,7 +171,7 @@ def canonical_csr(indptr, indices, num_cols: int, *, drop_self_loops: bool = Tru
                 off_diagonal = local_rows + row != cols
                 local_rows, cols = local_rows[off_diagonal], cols[off_diagonal]
             # written <= a, so this never overwrites entries a later block still has to read
-            indices[written:written + cols.size] = cols
+            indices[written : written + cols.size] = cols
             written += cols.size
             new_counts[row:end] = np.bincount(local_rows, minlength=end - row)
             bar.update(b - a)

@@ -1,10 +1,11 @@
 """The one object every loader returns, and what loaders share (data root, splits)."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -64,7 +65,9 @@ class Dataset:
         for split in ("train_mask", "val_mask", "test_mask"):
             mask = getattr(self, split)
             if mask.dtype != torch.bool or tuple(mask.shape) != (n,):
-                raise ValueError(f"{split} must be bool [{n}], got {mask.dtype} {tuple(mask.shape)}")
+                raise ValueError(
+                    f"{split} must be bool [{n}], got {mask.dtype} {tuple(mask.shape)}"
+                )
             if not bool(mask.any()):
                 raise ValueError(f"{split} selects no node")
 
@@ -76,7 +79,9 @@ class Dataset:
     def num_features(self) -> int:
         return self.x.shape[1]
 
-    def evaluate(self, logits: Tensor, y: Tensor | None = None, mask: Tensor | None = None) -> float:
+    def evaluate(
+        self, logits: Tensor, y: Tensor | None = None, mask: Tensor | None = None
+    ) -> float:
         """The dataset's metric of ``logits`` [num_nodes, num_classes] against ``y`` (default
         the dataset's labels) on the nodes of ``mask`` (default all)."""
         check_logits(logits, self.num_classes)
@@ -89,9 +94,13 @@ class Dataset:
     def summary(self) -> dict:
         """Sizes and split counts, JSON-ready."""
         return {
-            "name": self.name, "num_nodes": self.num_nodes, "num_edges": self.graph.num_edges,
-            "num_features": self.num_features, "num_classes": self.num_classes,
-            "multi_label": self.multi_label, "metric": self.metric,
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.graph.num_edges,
+            "num_features": self.num_features,
+            "num_classes": self.num_classes,
+            "multi_label": self.multi_label,
+            "metric": self.metric,
             **{f"num_{s}": int(getattr(self, f"{s}_mask").sum()) for s in ("train", "val", "test")},
         }
 
@@ -102,11 +111,16 @@ def random_split(labelled: np.ndarray, num_nodes: int, ratios: tuple[float, floa
     test."""
     train_ratio, val_ratio = ratios
     if not (0 < train_ratio and 0 < val_ratio and train_ratio + val_ratio < 1):
-        raise ValueError(f"split ratios must be positive and leave room for a test set, got {ratios}")
+        raise ValueError(
+            f"split ratios must be positive and leave room for a test set, got {ratios}"
+        )
     order = np.asarray(labelled)[np.random.default_rng(seed).permutation(len(labelled))]
     n_train, n_val = int(len(order) * train_ratio), int(len(order) * val_ratio)
-    return (index_mask(order[:n_train], num_nodes), index_mask(order[n_train:n_train + n_val], num_nodes),
-            index_mask(order[n_train + n_val:], num_nodes))
+    return (
+        index_mask(order[:n_train], num_nodes),
+        index_mask(order[n_train : n_train + n_val], num_nodes),
+        index_mask(order[n_train + n_val :], num_nodes),
+    )
 
 
 def index_mask(index, num_nodes: int) -> Tensor:

@@ -4,6 +4,7 @@ Used where a benchmark or test needs a graph at OGB scale that is not on disk: t
 ogbn-products-like graph (2.4M nodes, ~60M nonzeros) and the Reddit-like one (233k nodes,
 ~85M nonzeros) of the kernel benchmark.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,9 @@ import numpy as np
 _MAX_ROUNDS = 64
 
 
-def power_law_csr(num_nodes: int, num_edges: int, exponent: float = 2.5, seed: int = 0,
-                  symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def power_law_csr(
+    num_nodes: int, num_edges: int, exponent: float = 2.5, seed: int = 0, symmetric: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """A random graph whose degrees follow a power law P(d) ~ d^-exponent, as canonical CSR.
 
     A Chung-Lu model: node of rank i (1-based) gets weight i^(-1 / (exponent - 1)), both
@@ -34,7 +36,9 @@ def power_law_csr(num_nodes: int, num_edges: int, exponent: float = 2.5, seed: i
     if not exponent > 1:
         raise ValueError(f"exponent must be > 1 (P(d) ~ d^-exponent), got {exponent}")
     if symmetric and num_edges % 2:
-        raise ValueError(f"a symmetric graph stores every edge twice: num_edges must be even, got {num_edges}")
+        raise ValueError(
+            f"a symmetric graph stores every edge twice: num_edges must be even, got {num_edges}"
+        )
     n = int(num_nodes)
     pairs = num_edges // 2 if symmetric else int(num_edges)
     possible = n * (n - 1) // 2 if symmetric else n * (n - 1)
@@ -54,8 +58,9 @@ def power_law_csr(num_nodes: int, num_edges: int, exponent: float = 2.5, seed: i
     return indptr, dst.astype(np.int32)
 
 
-def _sample_edge_keys(rng: np.random.Generator, n: int, target: int, alpha: float,
-                      undirected: bool) -> np.ndarray:
+def _sample_edge_keys(
+    rng: np.random.Generator, n: int, target: int, alpha: float, undirected: bool
+) -> np.ndarray:
     """``target`` distinct edges as sorted int64 keys src * n + dst (src < dst when undirected)."""
     relabel = rng.permutation(n).astype(np.int64)
     keys = np.empty(0, dtype=np.int64)
@@ -76,7 +81,8 @@ def _sample_edge_keys(rng: np.random.Generator, n: int, target: int, alpha: floa
         draw = min(int((target - keys.size) / yield_rate * 1.1) + 16, 4 * target + 16)
     if keys.size < target:
         raise RuntimeError(
-            f"power_law_csr: only {keys.size} of {target} distinct edges after {_MAX_ROUNDS} rounds; "
+            f"power_law_csr: only {keys.size} of {target} distinct edges after {_MAX_ROUNDS} "
+            f"rounds; "
             "ask for fewer edges or a larger exponent (lighter hubs)"
         )
     if keys.size > target:

@@ -13,6 +13,7 @@ Split, as IGB's loaders define it: a seeded permutation of the labelled nodes, 6
 (227,130,858 nodes for 19 classes, 157,675,969 for 2983), the rest get label -1.
 Features stay memory-mapped (copy-on-write): nothing is read until used.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,13 @@ from .csr import edges_to_csr
 from .dataset import Dataset, graph_from_csr, missing_files, random_split
 from .metrics import scorer
 
-IGB_NUM_NODES = {"tiny": 100_000, "small": 1_000_000, "medium": 10_000_000,
-                 "large": 100_000_000, "full": 269_346_174}
+IGB_NUM_NODES = {
+    "tiny": 100_000,
+    "small": 1_000_000,
+    "medium": 10_000_000,
+    "large": 100_000_000,
+    "full": 269_346_174,
+}
 IGB_FULL_LABELLED = {19: 227_130_858, 2983: 157_675_969}
 _LABEL_FILES = {19: "node_label_19.npy", 2983: "node_label_2K.npy"}
 FEATURE_DIM = 1024
@@ -40,9 +46,16 @@ def _raw_memmap(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     return np.memmap(path, dtype=np.float32, mode="c", shape=shape)
 
 
-def load_igb(size: str, root: Path, num_classes: int = 19, seed: int = 0, undirected: bool = True,
-             num_nodes: int | None = None, num_labelled: int | None = None,
-             progress: bool | None = None) -> Dataset:
+def load_igb(
+    size: str,
+    root: Path,
+    num_classes: int = 19,
+    seed: int = 0,
+    undirected: bool = True,
+    num_nodes: int | None = None,
+    num_labelled: int | None = None,
+    progress: bool | None = None,
+) -> Dataset:
     """IGB homogeneous ``size`` (tiny, small, medium, large, full) from ``<root>/<size>``.
 
     undirected: add the reverse of every citation (messages flow both ways).
@@ -54,10 +67,16 @@ def load_igb(size: str, root: Path, num_classes: int = 19, seed: int = 0, undire
     if num_classes not in _LABEL_FILES:
         raise ValueError(f"IGB has 19 or 2983 classes, got num_classes={num_classes}")
     folder = Path(root) / size / "processed"
-    files = ["paper/node_feat.npy", f"paper/{_LABEL_FILES[num_classes]}", "paper__cites__paper/edge_index.npy"]
+    files = [
+        "paper/node_feat.npy",
+        f"paper/{_LABEL_FILES[num_classes]}",
+        "paper__cites__paper/edge_index.npy",
+    ]
     absent = [f for f in files if not (folder / f).is_file()]
     if absent:
-        raise missing_files(folder, absent, f"IGB homogeneous {size} (download it with IGB's scripts)")
+        raise missing_files(
+            folder, absent, f"IGB homogeneous {size} (download it with IGB's scripts)"
+        )
     feat_path, label_path, edge_path = (folder / f for f in files)
     if size in ("large", "full"):
         n = IGB_NUM_NODES[size] if num_nodes is None else int(num_nodes)
@@ -68,17 +87,30 @@ def load_igb(size: str, root: Path, num_classes: int = 19, seed: int = 0, undire
         labels = np.load(label_path, mmap_mode="r")
         n = x.shape[0]
         if labels.shape != (n,):
-            raise ValueError(f"{label_path} has shape {labels.shape}; expected ({n},) to match {feat_path}")
+            raise ValueError(
+                f"{label_path} has shape {labels.shape}; expected ({n},) to match {feat_path}"
+            )
     if num_labelled is None:
         num_labelled = IGB_FULL_LABELLED[num_classes] if size == "full" else n
     y = np.full(n, -1, dtype=np.int64)
     y[:num_labelled] = labels[:num_labelled]
     edges = np.load(edge_path, mmap_mode="r")
     if edges.ndim != 2 or edges.shape[1] != 2:
-        raise ValueError(f"{edge_path} must hold [E, 2] (source, destination) pairs, got shape {edges.shape}")
-    indptr, indices = edges_to_csr(edges[:, 0], edges[:, 1], n, undirected=undirected, progress=progress,
-                                   desc=f"igb-{size}")
+        raise ValueError(
+            f"{edge_path} must hold [E, 2] (source, destination) pairs, got shape {edges.shape}"
+        )
+    indptr, indices = edges_to_csr(
+        edges[:, 0], edges[:, 1], n, undirected=undirected, progress=progress, desc=f"igb-{size}"
+    )
     masks = random_split(np.arange(num_labelled), n, (0.6, 0.2), seed)
-    return Dataset(f"igb-{size}", graph_from_csr(indptr, indices, n), torch.from_numpy(x), torch.from_numpy(y),
-                   *masks, num_classes=num_classes, multi_label=False, metric="accuracy",
-                   scorer=scorer("accuracy"))
+    return Dataset(
+        f"igb-{size}",
+        graph_from_csr(indptr, indices, n),
+        torch.from_numpy(x),
+        torch.from_numpy(y),
+        *masks,
+        num_classes=num_classes,
+        multi_label=False,
+        metric="accuracy",
+        scorer=scorer("accuracy"),
+    )

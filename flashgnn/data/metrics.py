@@ -4,6 +4,7 @@ Every scorer takes ``(logits, y)`` for the rows to score and returns a float; hi
 better. Single-label: logits [m, C], y int64 [m]. Multi-label: logits [m, C] (a positive
 logit predicts the label), y [m, C] of 0/1.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,7 +44,9 @@ class OGBEvaluator:
             y_pred, y_true = logits.argmax(dim=-1, keepdim=True), y.reshape(-1, 1)
         else:
             y_pred, y_true = logits, y
-        result = self.evaluator.eval({"y_true": y_true.detach().cpu(), "y_pred": y_pred.detach().float().cpu()})
+        result = self.evaluator.eval(
+            {"y_true": y_true.detach().cpu(), "y_pred": y_pred.detach().float().cpu()}
+        )
         return float(result[self.evaluator.eval_metric])
 
 
@@ -53,12 +56,16 @@ def scorer(metric: str):
         return accuracy
     if metric == "f1_micro":
         return f1_micro
-    raise ValueError(f"no built-in scorer for metric {metric!r}; choose 'accuracy' or 'f1_micro' "
-                     "(ROC-AUC is scored by ogb's Evaluator)")
+    raise ValueError(
+        f"no built-in scorer for metric {metric!r}; choose 'accuracy' or 'f1_micro' "
+        "(ROC-AUC is scored by ogb's Evaluator)"
+    )
 
 
 def check_logits(logits: Tensor, num_classes: int) -> None:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise TypeError("logits must be a floating-point torch.Tensor")
     if logits.dim() != 2 or logits.shape[1] != num_classes:
-        raise ValueError(f"logits must have shape [num_nodes, {num_classes}], got {tuple(logits.shape)}")
+        raise ValueError(
+            f"logits must have shape [num_nodes, {num_classes}], got {tuple(logits.shape)}"
+        )

@@ -7,6 +7,7 @@ with ``num_classes``, or ``y_multi`` [n, C]; the split as ``train_mask``/``val_m
 ``test_mask`` [n] or ten splits ``train_masks``/... [10, n]. A file without a split gets a
 seeded random 60/20/20 split of its labelled nodes.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,10 @@ def _features(d) -> torch.Tensor:
         rows = np.repeat(np.arange(n), np.diff(d["x_indptr"]))
         x[rows, d["x_indices"]] = 1
         return torch.from_numpy(x)
-    raise ValueError("this graph has no node features (no 'x' or 'x_indptr' key), so it cannot be "
-                     f"used for node classification; keys: {sorted(d.files)}")
+    raise ValueError(
+        "this graph has no node features (no 'x' or 'x_indptr' key), so it cannot be "
+        f"used for node classification; keys: {sorted(d.files)}"
+    )
 
 
 def _labels(d):
@@ -51,7 +54,9 @@ def _split(d, labelled: np.ndarray, num_nodes: int, split: int, seed: int):
     if "train_masks" in d.files:
         count = d["train_masks"].shape[0]
         if not 0 <= split < count:
-            raise ValueError(f"split must be in [0, {count}) for this file's {count} splits, got {split}")
+            raise ValueError(
+                f"split must be in [0, {count}) for this file's {count} splits, got {split}"
+            )
         return tuple(torch.from_numpy(d[f"{s}_masks"][split].astype(bool)) for s in _SPLITS)
     return random_split(labelled, num_nodes, (0.6, 0.2), seed)
 
@@ -70,5 +75,14 @@ def load_npz(name: str, root: Path, split: int = 0, seed: int = 0) -> Dataset:
         labelled = np.arange(n) if multi_label else np.flatnonzero(y.numpy() >= 0)
         masks = _split(d, labelled, n, split, seed)
     metric = "f1_micro" if multi_label else "accuracy"
-    return Dataset(name, graph, x, y, *masks, num_classes=num_classes, multi_label=multi_label,
-                   metric=metric, scorer=scorer(metric))
+    return Dataset(
+        name,
+        graph,
+        x,
+        y,
+        *masks,
+        num_classes=num_classes,
+        multi_label=multi_label,
+        metric=metric,
+        scorer=scorer(metric),
+    )

@@ -14,6 +14,7 @@ both directions from ogb; ogbn-proteins' node features are the mean of the featu
 each node's incoming edges (8 per edge) and its 112 binary tasks are scored by mean
 ROC-AUC.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -37,7 +38,9 @@ def _meta(name: str):
     try:
         import ogb.nodeproppred as nodeproppred
     except ImportError as e:
-        raise ImportError("the OGB datasets need the ogb package: pip install 'flashgnn[data]'") from e
+        raise ImportError(
+            "the OGB datasets need the ogb package: pip install 'flashgnn[data]'"
+        ) from e
     master = Path(nodeproppred.__file__).parent / "master.csv"
     return pd.read_csv(master, index_col=0, keep_default_na=False)[name]
 
@@ -61,7 +64,11 @@ def _expected_files(meta) -> list[str]:
 
 def _absent(folder: Path, files: list[str]) -> list[str]:
     # ogb's reader renames proteins' species.csv.gz to node_species.csv.gz
-    return [f for f in files if not ((folder / f).is_file() or (folder / f.replace("node_species", "species")).is_file())]
+    return [
+        f
+        for f in files
+        if not ((folder / f).is_file() or (folder / f.replace("node_species", "species")).is_file())
+    ]
 
 
 def _download(meta, root: Path, folder: Path) -> None:
@@ -79,7 +86,10 @@ def _mean_incoming(edge_index: np.ndarray, edge_feat: np.ndarray, num_nodes: int
     """float32 [num_nodes, F]: the mean feature of each node's incoming edges (0 if none)."""
     dst = edge_index[1]
     degree = np.maximum(np.bincount(dst, minlength=num_nodes), 1)
-    columns = [np.bincount(dst, weights=edge_feat[:, j], minlength=num_nodes) for j in range(edge_feat.shape[1])]
+    columns = [
+        np.bincount(dst, weights=edge_feat[:, j], minlength=num_nodes)
+        for j in range(edge_feat.shape[1])
+    ]
     return (np.stack(columns, axis=1) / degree[:, None]).astype(np.float32)
 
 
@@ -88,14 +98,20 @@ def _convert(name: str, meta, folder: Path, undirected: bool, progress) -> dict[
     import pandas as pd
     from ogb.io.read_graph_raw import read_csv_graph_raw
 
-    graph = read_csv_graph_raw(str(folder / "raw"), add_inverse_edge=meta["add_inverse_edge"] == "True",
-                               additional_node_files=_split_list(meta["additional node files"]),
-                               additional_edge_files=_split_list(meta["additional edge files"]))[0]
-    labels = pd.read_csv(folder / "raw" / "node-label.csv.gz", compression="gzip", header=None).values
+    graph = read_csv_graph_raw(
+        str(folder / "raw"),
+        add_inverse_edge=meta["add_inverse_edge"] == "True",
+        additional_node_files=_split_list(meta["additional node files"]),
+        additional_edge_files=_split_list(meta["additional edge files"]),
+    )[0]
+    labels = pd.read_csv(
+        folder / "raw" / "node-label.csv.gz", compression="gzip", header=None
+    ).values
     n = int(graph["num_nodes"])
     edge_index = graph["edge_index"]
-    indptr, indices = edges_to_csr(edge_index[0], edge_index[1], n, undirected=undirected, progress=progress,
-                                   desc=name)
+    indptr, indices = edges_to_csr(
+        edge_index[0], edge_index[1], n, undirected=undirected, progress=progress, desc=name
+    )
     if name == "ogbn-proteins":
         x, y = _mean_incoming(edge_index, graph["edge_feat"], n), labels.astype(np.uint8)
     else:
@@ -118,8 +134,13 @@ def _cached_arrays(name, meta, folder: Path, undirected: bool, progress) -> dict
     return {key: np.load(cache / f"{key}.npy", mmap_mode="c") for key in _CACHED}
 
 
-def load_ogb(name: str, root: Path, download: bool = True, undirected: bool | None = None,
-             progress: bool | None = None) -> Dataset:
+def load_ogb(
+    name: str,
+    root: Path,
+    download: bool = True,
+    undirected: bool | None = None,
+    progress: bool | None = None,
+) -> Dataset:
     """``name`` (one of OGB_NAMES) from ``<root>/<name with _>``; with ``download``, ogb
     fetches it when the folder does not exist. ``undirected`` (default: True for ogbn-arxiv
     only) adds the reverse of every edge."""
@@ -138,19 +159,35 @@ def load_ogb(name: str, root: Path, download: bool = True, undirected: bool | No
             raise missing_files(folder, files, f"{name}: ogb could not download it ({e})") from e
     absent = _absent(folder, files)
     if absent:
-        hint = "an incomplete or outdated copy: delete the folder to download it again" if folder.exists() \
+        hint = (
+            "an incomplete or outdated copy: delete the folder to download it again"
+            if folder.exists()
             else "pass download=True to let ogb fetch it"
+        )
         raise missing_files(folder, absent, f"{name} (ogb layout; {hint})")
     if undirected is None:
         undirected = name == "ogbn-arxiv"
     arrays = _cached_arrays(name, meta, folder, undirected, progress)
     n = len(arrays["indptr"]) - 1
     split_dir = folder / "split" / meta["split"]
-    masks = (index_mask(pd.read_csv(split_dir / f"{part}.csv.gz", compression="gzip", header=None).values[:, 0], n)
-             for part in ("train", "valid", "test"))
+    masks = (
+        index_mask(
+            pd.read_csv(split_dir / f"{part}.csv.gz", compression="gzip", header=None).values[:, 0],
+            n,
+        )
+        for part in ("train", "valid", "test")
+    )
     evaluator = OGBEvaluator(name)
     y = torch.from_numpy(arrays["y"])
     multi_label = name == "ogbn-proteins"
-    return Dataset(name, graph_from_csr(arrays["indptr"], arrays["indices"], n), torch.from_numpy(arrays["x"]),
-                   y, *masks, num_classes=y.shape[1] if multi_label else int(meta["num classes"]),
-                   multi_label=multi_label, metric=evaluator.metric, scorer=evaluator)
+    return Dataset(
+        name,
+        graph_from_csr(arrays["indptr"], arrays["indices"], n),
+        torch.from_numpy(arrays["x"]),
+        y,
+        *masks,
+        num_classes=y.shape[1] if multi_label else int(meta["num classes"]),
+        multi_label=multi_label,
+        metric=evaluator.metric,
+        scorer=evaluator,
+    )

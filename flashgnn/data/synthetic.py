@@ -8,6 +8,7 @@ Gaussian noise, weak enough that a node's neighbours help to classify it. Everyt
 vectorised NumPy in fixed-size chunks and deterministic for a seed, from thousands of
 edges to 100M and more.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,9 +24,16 @@ _CHUNK = 1 << 22  # edges, or feature entries, generated per step
 
 def _check(name: str, value, low, high=None, integer=False):
     kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < low or (high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or value < low
+        or (high is not None and value > high)
+    ):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'} {bound}, got {value!r}")
+        raise ValueError(
+            f"{name} must be {'an integer' if integer else 'a number'} {bound}, got {value!r}"
+        )
 
 
 class _WeightedPicker:
@@ -51,8 +59,14 @@ class _WeightedPicker:
         return pos
 
 
-def generate_edges(labels: np.ndarray, weights: np.ndarray, num_pairs: int, homophily: float,
-                   rng: np.random.Generator, progress: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+def generate_edges(
+    labels: np.ndarray,
+    weights: np.ndarray,
+    num_pairs: int,
+    homophily: float,
+    rng: np.random.Generator,
+    progress: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``num_pairs`` (src, dst) pairs of the degree-corrected SBM, int32 or int64 arrays."""
     n = len(labels)
     by_class = np.argsort(labels, kind="stable")
@@ -70,28 +84,47 @@ def generate_edges(labels: np.ndarray, weights: np.ndarray, num_pairs: int, homo
             a = by_class[pick(rng, zeros, total)]
             same = rng.random(m) < homophily
             c = labels[a]
-            low, high = np.where(same, class_start[c], 0.0), np.where(same, class_end[c], cumulative[-1])
-            src[start:start + m] = a
-            dst[start:start + m] = by_class[pick(rng, low, high)]
+            low, high = (
+                np.where(same, class_start[c], 0.0),
+                np.where(same, class_end[c], cumulative[-1]),
+            )
+            src[start : start + m] = a
+            dst[start : start + m] = by_class[pick(rng, low, high)]
             bar.update(m)
     return src, dst
 
 
-def class_features(labels: np.ndarray, num_features: int, signal: float, rng: np.random.Generator) -> np.ndarray:
-    """float32 [n, num_features]: centre of the node's class (N(0, signal^2) per entry) + N(0, 1)."""
-    centres = (signal * rng.standard_normal((int(labels.max()) + 1, num_features))).astype(np.float32)
+def class_features(
+    labels: np.ndarray, num_features: int, signal: float, rng: np.random.Generator
+) -> np.ndarray:
+    """float32 [n, num_features]: centre of the node's class (N(0, signal^2) per entry) + N(0,
+    1)."""
+    centres = (signal * rng.standard_normal((int(labels.max()) + 1, num_features))).astype(
+        np.float32
+    )
     x = np.empty((len(labels), num_features), dtype=np.float32)
     rows = max(1, _CHUNK // num_features)
     for start in range(0, len(labels), rows):
         part = slice(start, min(len(labels), start + rows))
-        x[part] = centres[labels[part]] + rng.standard_normal((part.stop - start, num_features), dtype=np.float32)
+        x[part] = centres[labels[part]] + rng.standard_normal(
+            (part.stop - start, num_features), dtype=np.float32
+        )
     return x
 
 
-def load_synthetic(num_nodes: int = 10_000, avg_degree: float = 10.0, num_classes: int = 8,
-                   num_features: int = 64, homophily: float = 0.7, exponent: float = 2.5,
-                   feature_signal: float = 0.1, train_ratio: float = 0.6, val_ratio: float = 0.2,
-                   seed: int = 0, progress: bool | None = None) -> Dataset:
+def load_synthetic(
+    num_nodes: int = 10_000,
+    avg_degree: float = 10.0,
+    num_classes: int = 8,
+    num_features: int = 64,
+    homophily: float = 0.7,
+    exponent: float = 2.5,
+    feature_signal: float = 0.1,
+    train_ratio: float = 0.6,
+    val_ratio: float = 0.2,
+    seed: int = 0,
+    progress: bool | None = None,
+) -> Dataset:
     """The generated graph (see the module doc). ``avg_degree`` counts both directions of an
     edge (nnz / num_nodes, before merging the few duplicate pairs); ``exponent`` > 2 is the
     power law of the degrees; ``feature_signal`` the spread of the class centres relative to
@@ -110,11 +143,23 @@ def load_synthetic(num_nodes: int = 10_000, avg_degree: float = 10.0, num_classe
     weights = (1.0 - rng.random(num_nodes)) ** (-1.0 / (exponent - 1.0))
     max_degree = np.sqrt(num_nodes * max(avg_degree, 1.0))
     weights = np.minimum(weights, weights.mean() * max_degree / max(avg_degree, 1.0))
-    src, dst = generate_edges(labels, weights, int(round(num_nodes * avg_degree / 2)), homophily, rng, progress)
-    indptr, indices = edges_to_csr(src, dst, num_nodes, undirected=True, progress=progress, desc="synthetic")
+    src, dst = generate_edges(
+        labels, weights, int(round(num_nodes * avg_degree / 2)), homophily, rng, progress
+    )
+    indptr, indices = edges_to_csr(
+        src, dst, num_nodes, undirected=True, progress=progress, desc="synthetic"
+    )
     del src, dst
     x = class_features(labels, num_features, feature_signal, rng)
     masks = random_split(np.arange(num_nodes), num_nodes, (train_ratio, val_ratio), seed)
-    return Dataset("synthetic", graph_from_csr(indptr, indices, num_nodes), torch.from_numpy(x),
-                   torch.from_numpy(labels), *masks, num_classes=num_classes, multi_label=False,
-                   metric="accuracy", scorer=scorer("accuracy"))
+    return Dataset(
+        "synthetic",
+        graph_from_csr(indptr, indices, num_nodes),
+        torch.from_numpy(x),
+        torch.from_numpy(labels),
+        *masks,
+        num_classes=num_classes,
+        multi_label=False,
+        metric="accuracy",
+        scorer=scorer("accuracy"),
+    )

@@ -1,4 +1,5 @@
 """Attention-based graph neural network propagation (Thekumparampil et al.), DGL's AGNNConv."""
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,14 @@ class AGNNConv(nn.Module):
     ``replay`` as in ``GCNConv`` (the kernels replayed from CUDA graphs; not with a feature pair).
     """
 
-    def __init__(self, init_beta: float = 1.0, learn_beta: bool = True,
-                 allow_zero_in_degree: bool = False, precision: str | None = None, replay: bool | None = None):
+    def __init__(
+        self,
+        init_beta: float = 1.0,
+        learn_beta: bool = True,
+        allow_zero_in_degree: bool = False,
+        precision: str | None = None,
+        replay: bool | None = None,
+    ):
         super().__init__()
         self.allow_zero_in_degree = allow_zero_in_degree
         self.precision = None if precision is None else check_precision(precision)
@@ -41,11 +48,21 @@ class AGNNConv(nn.Module):
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         """graph: flashgnn.Graph or DGL graph / block; feat [N_src, F] or (feat_src, feat_dst);
         returns [N_dst, F]."""
-        graph, feat, feat_dst = check_graph_input(graph, feat, None, self.allow_zero_in_degree, "AGNNConv")
+        graph, feat, feat_dst = check_graph_input(
+            graph, feat, None, self.allow_zero_in_degree, "AGNNConv"
+        )
         precision = resolve_precision(self.precision)
-        return agnn_propagate(graph.adj(block_width(precision)), feat, self.beta, precision, feat_dst=feat_dst,
-                              replay=self.replay)
+        return agnn_propagate(
+            graph.adj(block_width(precision)),
+            feat,
+            self.beta,
+            precision,
+            feat_dst=feat_dst,
+            replay=self.replay,
+        )
 
     def extra_repr(self) -> str:
-        return (f"learn_beta={isinstance(self.beta, nn.Parameter)}, precision={self.precision!r}, "
-                f"replay={self.replay.enabled!r}")
+        return (
+            f"learn_beta={isinstance(self.beta, nn.Parameter)}, precision={self.precision!r}, "
+            f"replay={self.replay.enabled!r}"
+        )

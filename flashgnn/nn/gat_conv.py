@@ -1,4 +1,5 @@
 """Graph attention (Velickovic et al.) with DGL's GATConv interface."""
+
 from __future__ import annotations
 
 import torch
@@ -20,7 +21,8 @@ class GATConv(nn.Module):
     ``ops.gat_attention``: the scores ``e_ij = er_i + el_j`` are formed exactly in fp32 (by the
     softmax kernels on the GPU, a rank-2 SDDMM on the CPU), with a backward that sums over rows
     and columns (no scatter, deterministic); then one edge softmax and one SpMM of width
-    out_feats, as one autograd node. ``attn_drop`` drops attention values; ``edge_weight`` [E] (edge-id
+    out_feats, as one autograd node. ``attn_drop`` drops attention values; ``edge_weight`` [E]
+    (edge-id
     order) multiplies them after dropout, as DGL does; the graph's own weights are not used.
 
     Shapes: feat [N, in_feats] -> [N, num_heads, out_feats]; with ``get_attention`` also the
@@ -34,10 +36,20 @@ class GATConv(nn.Module):
     ``attn_r`` [1, num_heads, out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
     """
 
-    def __init__(self, in_feats: int | tuple[int, int], out_feats: int, num_heads: int, feat_drop: float = 0.0,
-                 attn_drop: float = 0.0, negative_slope: float = 0.2, residual: bool = False,
-                 activation=None, allow_zero_in_degree: bool = False, bias: bool = True,
-                 precision: str | None = None):
+    def __init__(
+        self,
+        in_feats: int | tuple[int, int],
+        out_feats: int,
+        num_heads: int,
+        feat_drop: float = 0.0,
+        attn_drop: float = 0.0,
+        negative_slope: float = 0.2,
+        residual: bool = False,
+        activation=None,
+        allow_zero_in_degree: bool = False,
+        bias: bool = True,
+        precision: str | None = None,
+    ):
         super().__init__()
         self.in_feats, self.out_feats, self.num_heads = in_feats, out_feats, num_heads
         self.activation = activation
@@ -75,31 +87,54 @@ class GATConv(nn.Module):
         if isinstance(self.res_fc, nn.Linear):
             nn.init.xavier_normal_(self.res_fc.weight, gain=gain)
 
-    def forward(self, graph, feat: torch.Tensor, edge_weight: torch.Tensor | None = None,
-                get_attention: bool = False):
+    def forward(
+        self,
+        graph,
+        feat: torch.Tensor,
+        edge_weight: torch.Tensor | None = None,
+        get_attention: bool = False,
+    ):
         """graph: flashgnn.Graph or DGL graph / block; feat [N_src, in_feats] or (feat_src,
         feat_dst); returns [N_dst, num_heads, out_feats], and the attention [E, num_heads, 1]
         when ``get_attention``."""
-        graph, feat, feat_dst = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv")
+        graph, feat, feat_dst = check_graph_input(
+            graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv"
+        )
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         heads, (n_src, n_dst) = self.num_heads, graph.node_counts
         adj = graph.adj_heads(heads, k)
-        rows, cols = adj.n_rows // heads, adj.n_cols // heads  # one head's (padded) destinations, sources
+        rows, cols = (
+            adj.n_rows // heads,
+            adj.n_cols // heads,
+        )  # one head's (padded) destinations, sources
         fc_src, fc_dst = self._projections()
         h = _dropout(self.feat_drop, feat)
-        ft = head_major(fc_src(h).view(n_src, heads, self.out_feats), cols)  # [heads * cols, out_feats]
+        ft = head_major(
+            fc_src(h).view(n_src, heads, self.out_feats), cols
+        )  # [heads * cols, out_feats]
         ft_dst = h_dst = None
         if feat_dst is not None:
             h_dst = _dropout(self.feat_drop, feat_dst)
             ft_dst = head_major(fc_dst(h_dst).view(n_dst, heads, self.out_feats), rows)
         weights = None
         if edge_weight is not None:
-            weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(heads)
+            weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(
+                heads
+            )
         drop = self.attn_drop.p if self.attn_drop.training else 0.0
         er, el = self._score_terms(ft, ft_dst, heads, rows, cols)
-        result = gat_attention(adj, ft, er, el, self.leaky_relu.negative_slope, drop, precision,
-                               edge_values=weights, return_attention=get_attention)
+        result = gat_attention(
+            adj,
+            ft,
+            er,
+            el,
+            self.leaky_relu.negative_slope,
+            drop,
+            precision,
+            edge_values=weights,
+            return_attention=get_attention,
+        )
         out, prob = result if get_attention else (result, None)
         rst = node_major(out, heads, n_dst)
         if self.res_fc is not None:
@@ -118,19 +153,26 @@ class GATConv(nn.Module):
         built with an ``in_feats`` pair)."""
         return (self.fc, self.fc) if self.fc is not None else (self.fc_src, self.fc_dst)
 
-    def _score_terms(self, ft: torch.Tensor, ft_dst: torch.Tensor | None, heads: int, rows: int,
-                     cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score_terms(
+        self, ft: torch.Tensor, ft_dst: torch.Tensor | None, heads: int, rows: int, cols: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(er [heads * rows, 1], el [heads * cols, 1]) from the head-major source features ft
         and destination features ft_dst (None: each head's first rows of ft): er = attn_r . W h_dst,
         el = attn_l . W h_src, in fp32 (the attention vectors' type) for fp16/bf16 features."""
         if ft_dst is None:  # both from ft
-            terms = score_terms(ft, torch.cat([self.attn_r, self.attn_l]).transpose(0, 1)).view(heads, cols, 2)
+            terms = score_terms(ft, torch.cat([self.attn_r, self.attn_l]).transpose(0, 1)).view(
+                heads, cols, 2
+            )
             return terms[:, :rows, :1].reshape(-1, 1), terms[:, :, 1:].reshape(-1, 1)
-        return score_terms(ft_dst, self.attn_r.transpose(0, 1)), score_terms(ft, self.attn_l.transpose(0, 1))
+        return score_terms(ft_dst, self.attn_r.transpose(0, 1)), score_terms(
+            ft, self.attn_l.transpose(0, 1)
+        )
 
     def extra_repr(self) -> str:
-        return (f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "
-                f"precision={self.precision!r}")
+        return (
+            f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "
+            f"precision={self.precision!r}"
+        )
 
 
 def _dropout(dropout: nn.Dropout, t: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """Graph convolution (Kipf & Welling) with DGL's GraphConv interface."""
+
 from __future__ import annotations
 
 import torch
@@ -34,9 +35,18 @@ class GCNConv(nn.Module):
     host bounds a step.
     """
 
-    def __init__(self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
-                 bias: bool = True, activation=None, allow_zero_in_degree: bool = False,
-                 precision: str | None = None, replay: bool | None = None):
+    def __init__(
+        self,
+        in_feats: int,
+        out_feats: int,
+        norm: str = "both",
+        weight: bool = True,
+        bias: bool = True,
+        activation=None,
+        allow_zero_in_degree: bool = False,
+        precision: str | None = None,
+        replay: bool | None = None,
+    ):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
@@ -56,23 +66,40 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, graph, feat: torch.Tensor, weight: torch.Tensor | None = None,
-                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        graph,
+        feat: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        edge_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """graph: flashgnn.Graph or DGL graph / block; feat [N_src, in_feats] or (feat_src,
         feat_dst); weight [in_feats, out_feats] when the layer was built with weight=False;
         returns [N_dst, out_feats]."""
-        graph, feat, _ = check_graph_input(graph, feat, self.in_feats, self.allow_zero_in_degree, "GCNConv",
-                                         reads_destinations=False)
+        graph, feat, _ = check_graph_input(
+            graph,
+            feat,
+            self.in_feats,
+            self.allow_zero_in_degree,
+            "GCNConv",
+            reads_destinations=False,
+        )
         if weight is not None and self.weight is not None:
-            raise ValueError("GCNConv: an external weight was given but the layer has its own; "
-                             "construct it with weight=False")
+            raise ValueError(
+                "GCNConv: an external weight was given but the layer has its own; "
+                "construct it with weight=False"
+            )
         weight = self.weight if weight is None else weight
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         values = graph.gcn_values(self.norm, k, value_dtype(feat, edge_weight), edge_weight)
-        rst = graph_conv(graph.adj(k), feat, weight, self.bias, precision, values=values, replay=self.replay)
+        rst = graph_conv(
+            graph.adj(k), feat, weight, self.bias, precision, values=values, replay=self.replay
+        )
         return self.activation(rst) if self.activation is not None else rst
 
     def extra_repr(self) -> str:
-        return (f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}, "
-                f"replay={self.replay.enabled!r}")
+        return (
+            f"{self.in_feats}, {self.out_feats}, norm={self.norm!r}, precision={self.precision!r}, "
+            f"replay={self.replay.enabled!r}"
+        )

@@ -7,6 +7,7 @@ launches' worth of host time, so eager calls skip it: without gradients they run
 implementation itself, with gradients an autograd.Function with the very same setup_context
 and backward. Backward functions call ops through the same entry point; grad mode is off there,
 so they run the implementation too (or the op, when AOTAutograd traces the backward)."""
+
 from __future__ import annotations
 
 import torch
@@ -38,7 +39,9 @@ def op_entry(op, impl, setup_context, backward):
     def call(*inputs):
         if tracing():
             return op(*inputs)
-        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in inputs
+        ):
             return Function.apply(*inputs)
         return impl(*inputs)
 

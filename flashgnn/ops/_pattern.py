@@ -1,12 +1,13 @@
 """Unpacking an MEBCRS into the tensors the custom ops take, A^T's values, and checks of dense
 inputs."""
+
 from __future__ import annotations
 
 import torch
 
+from .._cuda.move_values import move_values_cuda
 from ..format import MEBCRS
 from ..tensor_cache import TensorCache
-from .._cuda.move_values import move_values_cuda
 from ._autograd import tracing
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -30,7 +31,8 @@ def transpose_args(a: MEBCRS, needed: bool) -> tuple:
 def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> torch.Tensor:
     """A^T's value layout filled from A's values, for the ops, which read real slots only (the
     padding slots are left unset): one kernel on the GPU. With ``cache`` the result is kept for
-    as long as ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
+    as long as ``values`` lives unchanged (for constant values, such as GCN's normalised
+    weights)."""
     if cache and not tracing():
         hit = _TRANSPOSED.get(values)
         if hit is not None and hit[0] is t_perm:
@@ -54,14 +56,18 @@ def check_dense(name: str, t: torch.Tensor, rows: int, device: torch.device) -> 
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
     if t.shape[0] != rows:
-        raise ValueError(f"{name} must have {rows} rows to match the sparse matrix, got {t.shape[0]}")
+        raise ValueError(
+            f"{name} must have {rows} rows to match the sparse matrix, got {t.shape[0]}"
+        )
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but the sparse matrix is on {device}")
 
 
 def check_values(name: str, t: torch.Tensor, a: MEBCRS) -> None:
     if t.shape != (a.n_slots,):
-        raise ValueError(f"{name} must have shape ({a.n_slots},) (A's value layout), got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({a.n_slots},) (A's value layout), got {tuple(t.shape)}"
+        )
     if t.dtype not in _FLOATS:
         raise ValueError(f"{name} must be floating point, got {t.dtype}")
     if t.device != a.device:

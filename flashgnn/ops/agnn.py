@@ -10,6 +10,7 @@ the forward's and the backward's kernels, after a copy of their input into a sta
 are replayed from CUDA graphs: the same functions (``_forward_body``, ``_backward_body``) run
 eagerly or captured, so both give the same bits.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,18 +18,20 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..format import MEBCRS
 from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_cuda
+from ..format import MEBCRS
 from ._autograd import tracing
-from ._pattern import check_dense, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
+from ._pattern import NO_TRANSPOSE, check_dense, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
-from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
+from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .sddmm import _sddmm, sddmm
 from .spmm import _spmm, spmm
 
-NORMALIZE_EPS = 1e-12  # F.normalize's default, as DGL and PyG use it (kernels/row_normalize.cu: EPS)
+NORMALIZE_EPS = (
+    1e-12  # F.normalize's default, as DGL and PyG use it (kernels/row_normalize.cu: EPS)
+)
 
 
 class _Propagate(torch.autograd.Function):
@@ -52,14 +55,23 @@ class _Propagate(torch.autograd.Function):
             slot.grad_input.copy_(grad)
             grads = slot.replay_backward()
         else:
-            grads = _backward_body(grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision,
-                                   ctx.needs_input_grad[:3])
+            grads = _backward_body(
+                grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision, ctx.needs_input_grad[:3]
+            )
         return *grads, None, None, None, None, None, None
 
 
-def _forward_body(feat: Tensor, feat_dst: Tensor | None, beta: Tensor, pattern: tuple, n_rows: int, k: int,
-                  precision: str) -> tuple:
-    """(out, then what the backward reads: feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob)."""
+def _forward_body(
+    feat: Tensor,
+    feat_dst: Tensor | None,
+    beta: Tensor,
+    pattern: tuple,
+    n_rows: int,
+    k: int,
+    precision: str,
+) -> tuple:
+    """(out, then what the backward reads: feat, feat_k, unit_k, unit_dst_k, norm, norm_dst,
+    cos, prob)."""
     unit_k, feat_k, norm = _normalize(feat, precision)
     if feat_dst is None:  # the destinations are the first n_rows sources
         unit_dst_k, norm_dst = unit_k[:n_rows], None
@@ -72,11 +84,31 @@ def _forward_body(feat: Tensor, feat_dst: Tensor | None, beta: Tensor, pattern: 
     return out.to(feat.dtype), feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob
 
 
-def _backward_body(grad: Tensor, feat: Tensor, feat_k: Tensor, unit_k: Tensor, unit_dst_k: Tensor, norm: Tensor,
-                   norm_dst: Tensor | None, cos: Tensor, prob: Tensor, feat_dst: Tensor | None, beta: Tensor,
-                   row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, t_row_ptr: Tensor | None,
-                   t_col_idx: Tensor | None, t_vec_mask: Tensor | None, t_perm: Tensor | None, t_src: Tensor | None,
-                   n_rows: int, k: int, precision: str, needs: tuple) -> tuple:
+def _backward_body(
+    grad: Tensor,
+    feat: Tensor,
+    feat_k: Tensor,
+    unit_k: Tensor,
+    unit_dst_k: Tensor,
+    norm: Tensor,
+    norm_dst: Tensor | None,
+    cos: Tensor,
+    prob: Tensor,
+    feat_dst: Tensor | None,
+    beta: Tensor,
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    t_row_ptr: Tensor | None,
+    t_col_idx: Tensor | None,
+    t_vec_mask: Tensor | None,
+    t_perm: Tensor | None,
+    t_src: Tensor | None,
+    n_rows: int,
+    k: int,
+    precision: str,
+    needs: tuple,
+) -> tuple:
     """(d_feat, d_feat_dst, d_beta), None where not ``needs``, from the output's gradient and
     what ``_forward_body`` returned."""
     pattern, transposed = (row_ptr, col_idx, vec_mask), (t_row_ptr, t_col_idx, t_vec_mask)
@@ -108,36 +140,50 @@ def _backward_body(grad: Tensor, feat: Tensor, feat_k: Tensor, unit_k: Tensor, u
         grad_dst = _normalize_backward(feat_dst, norm_dst, d_unit_dst, torch.zeros_like(d_unit_dst))
         grad_dst = grad_dst.to(feat_dst.dtype)
     # U = X / max(|X|, eps); without feat_dst, U_dst is U's first rows
-    d_feat = _normalize_backward(feat, norm, d_unit, d_feat, d_unit_dst if feat_dst is None else None)
+    d_feat = _normalize_backward(
+        feat, norm, d_unit, d_feat, d_unit_dst if feat_dst is None else None
+    )
     del d_unit_dst
     return d_feat.to(feat.dtype), grad_dst, grad_beta
 
 
-def _normalize(feat: Tensor, precision: str, with_feat: bool = True) -> tuple[Tensor, Tensor | None, Tensor]:
+def _normalize(
+    feat: Tensor, precision: str, with_feat: bool = True
+) -> tuple[Tensor, Tensor | None, Tensor]:
     """(U = feat / max(|feat_i|, eps) and, when ``with_feat``, feat, as the kernels of
     ``precision`` read them; the row norms): one kernel on the GPU, F.normalize's ops otherwise."""
     if feat.is_cuda and feat.dtype != torch.float64:
         storage = half_storage(precision) or torch.float32
-        unit_k, feat_k, norm = normalize_rows_cuda(feat, storage, convert_x=with_feat and feat.dtype != storage)
+        unit_k, feat_k, norm = normalize_rows_cuda(
+            feat, storage, convert_x=with_feat and feat.dtype != storage
+        )
         return unit_k, feat if with_feat and feat_k is None else feat_k, norm
     unit, norm = normalize_rows_reference(feat, NORMALIZE_EPS)
     unit_k, feat_k = kernel_operands(precision, unit, feat if with_feat else None)
     return unit_k, feat_k, norm
 
 
-def _normalize_backward(feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tensor,
-                        d_head: Tensor | None = None) -> Tensor:
+def _normalize_backward(
+    feat: Tensor, norm: Tensor, d_unit: Tensor, d_feat: Tensor, d_head: Tensor | None = None
+) -> Tensor:
     """d_feat + the gradient of feat through ``_normalize`` (d_unit: that of U, plus ``d_head``
     on its first rows when given)."""
     if norm.is_cuda and feat.dtype != torch.float64:
         return normalize_rows_backward_cuda(feat, norm, d_unit, d_feat, d_head)
     if d_head is not None:
-        d_unit[:d_head.shape[0]] += d_head
+        d_unit[: d_head.shape[0]] += d_head
     return d_feat.add_(normalize_rows_backward_reference(feat, norm, d_unit, NORMALIZE_EPS))
 
 
-def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32", *,
-                   feat_dst: Tensor | None = None, replay: NodeReplay | None = None) -> Tensor:
+def agnn_propagate(
+    a: MEBCRS,
+    feat: Tensor,
+    beta: Tensor,
+    precision: str = "fp32",
+    *,
+    feat_dst: Tensor | None = None,
+    replay: NodeReplay | None = None,
+) -> Tensor:
     """``P @ feat`` with ``P = edge_softmax(a, beta * cos)``, cos[slot(i, j)] the cosine of
     destination i's features and source j's, feat[j] (exact: rows L2-normalised as
     ``F.normalize`` does).
@@ -155,40 +201,92 @@ def agnn_propagate(a: MEBCRS, feat: Tensor, beta: Tensor, precision: str = "fp32
     check_dense("feat", feat, a.n_cols, a.device)
     if feat_dst is None:
         if a.n_rows > a.n_cols:
-            raise ValueError(f"AGNN without feat_dst needs at most as many destinations as sources (the "
-                             f"first rows of feat), got a {a.n_rows} x {a.n_cols} adjacency")
+            raise ValueError(
+                f"AGNN without feat_dst needs at most as many destinations as sources (the "
+                f"first rows of feat), got a {a.n_rows} x {a.n_cols} adjacency"
+            )
     else:
         check_dense("feat_dst", feat_dst, a.n_rows, a.device)
         if feat_dst.shape[1] != feat.shape[1] or feat_dst.dtype != feat.dtype:
-            raise ValueError(f"feat_dst must have feat's features and dtype ({feat.shape[1]}, {feat.dtype}), got "
-                             f"{feat_dst.shape[1]}, {feat_dst.dtype}")
+            raise ValueError(
+                f"feat_dst must have feat's features and dtype ({feat.shape[1]}, {feat.dtype}), "
+                f"got "
+                f"{feat_dst.shape[1]}, {feat_dst.dtype}"
+            )
     if not isinstance(beta, Tensor) or beta.shape != (1,) or beta.device != feat.device:
         raise ValueError(f"beta must be a tensor of shape (1,) on {feat.device}, got {beta!r}")
     if tracing():  # torch.compile traces the registered ops
         unit = F.normalize(feat, p=2.0, dim=-1, eps=NORMALIZE_EPS)
-        unit_dst = unit[:a.n_rows] if feat_dst is None else F.normalize(feat_dst, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+        unit_dst = (
+            unit[: a.n_rows]
+            if feat_dst is None
+            else F.normalize(feat_dst, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+        )
         prob = edge_softmax(a, beta * sddmm(a, unit_dst, unit, precision))
         return spmm(a, feat, precision, values=prob)
-    need_t = torch.is_grad_enabled() and (feat.requires_grad or beta.requires_grad
-                                          or (feat_dst is not None and feat_dst.requires_grad))
-    args = (feat, feat_dst, beta, pattern_args(a), transpose_args(a, need_t), a.n_rows, a.k, precision)
+    need_t = torch.is_grad_enabled() and (
+        feat.requires_grad
+        or beta.requires_grad
+        or (feat_dst is not None and feat_dst.requires_grad)
+    )
+    args = (
+        feat,
+        feat_dst,
+        beta,
+        pattern_args(a),
+        transpose_args(a, need_t),
+        a.n_rows,
+        a.k,
+        precision,
+    )
     plan = None
-    if replay is not None and feat_dst is None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
+    if (
+        replay is not None
+        and feat_dst is None
+        and feat.dtype != torch.float64
+        and replay.applies(feat, a.nnz)
+    ):
         plan = _replay_plan(replay, a, *args)
     return _Propagate.apply(*args, plan)
 
 
-def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, feat_dst: None, beta: Tensor, pattern: tuple,
-                 transposed: tuple, n_rows: int, k: int, precision: str) -> tuple[Configuration, Slot | None]:
+def _replay_plan(
+    replay: NodeReplay,
+    a: MEBCRS,
+    feat: Tensor,
+    feat_dst: None,
+    beta: Tensor,
+    pattern: tuple,
+    transposed: tuple,
+    n_rows: int,
+    k: int,
+    precision: str,
+) -> tuple[Configuration, Slot | None]:
     """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
     grad = torch.is_grad_enabled()
     needs = (grad and feat.requires_grad, False, grad and beta.requires_grad)
-    key = (id(a), id(beta), beta.data_ptr(), feat.shape, feat.dtype, precision, needs, transposed[0] is not None)
+    key = (
+        id(a),
+        id(beta),
+        beta.data_ptr(),
+        feat.shape,
+        feat.dtype,
+        precision,
+        needs,
+        transposed[0] is not None,
+    )
 
     def backward(slot: Slot, g: Tensor) -> tuple:
-        return _backward_body(g, *slot.outputs[1:], None, beta, *pattern, *transposed, n_rows, k, precision, needs)
+        return _backward_body(
+            g, *slot.outputs[1:], None, beta, *pattern, *transposed, n_rows, k, precision, needs
+        )
 
-    return replay.plan(key, (a, beta), feat.device,
-                       lambda: torch.zeros_like(feat, memory_format=torch.contiguous_format),
-                       lambda x: _forward_body(x, None, beta, pattern, n_rows, k, precision),
-                       lambda slot: torch.zeros_like(slot.outputs[0]), backward if any(needs) else None)
+    return replay.plan(
+        key,
+        (a, beta),
+        feat.device,
+        lambda: torch.zeros_like(feat, memory_format=torch.contiguous_format),
+        lambda x: _forward_body(x, None, beta, pattern, n_rows, k, precision),
+        lambda slot: torch.zeros_like(slot.outputs[0]),
+        backward if any(needs) else None,
+    )

@@ -6,6 +6,7 @@ for float64 inputs, the vectorised reference (inputs rounded to the precision, f
 accumulation); on CUDA the tensor-core kernels of kernels/blocked16.cu (fp16 and bf16).
 Callers validate shapes, dtypes and devices first (spmm.py, sddmm.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,10 @@ def _on_kernels(precision: str, *tensors: Tensor) -> bool:
     if tensors[0].device.type != "cuda" or any(t.dtype == torch.float64 for t in tensors):
         return False
     if precision not in _KERNEL_PRECISIONS:
-        raise ValueError(f"the 16x1 baseline has CUDA kernels for fp16 and bf16 only, got precision {precision!r}")
+        raise ValueError(
+            f"the 16x1 baseline has CUDA kernels for fp16 and bf16 only, got precision "
+            f"{precision!r}"
+        )
     return True
 
 
@@ -44,8 +48,9 @@ def spmm16(a: Blocked16, x: Tensor, precision: str, values: Tensor, out_fp32: bo
         return y.to(torch.float32 if out_fp32 else x.dtype)
     if values is not a.values:  # the kernel multiplies every slot: zero what is not a nonzero
         values = torch.where(a.real_slots(), values, values.new_zeros(()))
-    return spmm16_cuda(a.row_ptr, a.col_idx, values, x, a.n_rows, precision,
-                       torch.float32 if out_fp32 else x.dtype)
+    return spmm16_cuda(
+        a.row_ptr, a.col_idx, values, x, a.n_rows, precision, torch.float32 if out_fp32 else x.dtype
+    )
 
 
 def sddmm16(a: Blocked16, x: Tensor, y: Tensor, precision: str) -> Tensor:

@@ -1,46 +1,64 @@
 """Edge softmax: per-row softmax over the real nonzeros of an ME-BCRS matrix."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..format import MEBCRS
 from .._cuda import edge_softmax as cuda_softmax
+from ..format import MEBCRS
 from ._autograd import op_entry, tracing
 from ._pattern import check_values, pattern_args
 from .precision import compute_dtype
 from .reference import edge_softmax_backward_reference, edge_softmax_reference
 
 
-def scaled_edge_softmax(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor,
-                        scale: Optional[Tensor], n_rows: int, k: int) -> Tensor:
+def scaled_edge_softmax(
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    scores: Tensor,
+    scale: Tensor | None,
+    n_rows: int,
+    k: int,
+) -> Tensor:
     """The forward of ``edge_softmax(scale * scores)`` without autograd; ``scale`` a [1] tensor
     (AGNN's beta) or None. The CUDA kernel reads the scale on the device and rounds the product
     as torch's fp32 multiply would."""
-    if scores.device.type != "cuda" or torch.float64 in (scores.dtype, getattr(scale, "dtype", None)):
+    if scores.device.type != "cuda" or torch.float64 in (
+        scores.dtype,
+        getattr(scale, "dtype", None),
+    ):
         scores = scores if scale is None else scale * scores
         return edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows, k)
     scale = None if scale is None else scale.to(torch.float32)
     return cuda_softmax.edge_softmax_cuda(row_ptr, vec_mask, scores, k, scale=scale)
 
 
-def _edge_softmax(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor,
-                  n_rows: int, k: int) -> Tensor:
+def _edge_softmax(
+    row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, scores: Tensor, n_rows: int, k: int
+) -> Tensor:
     return scaled_edge_softmax(row_ptr, col_idx, vec_mask, scores, None, n_rows, k)
 
 
-def _edge_softmax_backward(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, probs: Tensor,
-                           grad: Tensor, n_rows: int, k: int) -> Tensor:
+def _edge_softmax_backward(
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    probs: Tensor,
+    grad: Tensor,
+    n_rows: int,
+    k: int,
+) -> Tensor:
     if probs.device.type != "cuda" or torch.float64 in (probs.dtype, grad.dtype):
         return edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows, k)
     return cuda_softmax.edge_softmax_backward_cuda(row_ptr, vec_mask, probs, grad, k)
 
 
 edge_softmax_op = torch.library.custom_op("flashgnn::edge_softmax", _edge_softmax, mutates_args=())
-edge_softmax_backward_op = torch.library.custom_op("flashgnn::edge_softmax_backward", _edge_softmax_backward,
-                                                   mutates_args=())
+edge_softmax_backward_op = torch.library.custom_op(
+    "flashgnn::edge_softmax_backward", _edge_softmax_backward, mutates_args=()
+)
 
 
 @edge_softmax_op.register_fake

@@ -1,6 +1,7 @@
 """Graph convolution's normalised edge values: each edge's weight scaled by the degrees of its
 endpoints, placed in A's value layout. On CUDA (float32) one kernel (``kernels/gcn_norm.cu``),
 since mini-batch training builds them for new blocks every step; elsewhere torch."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,9 @@ from ..format import MEBCRS
 NORMS = ("both", "right", "left", "none")
 
 
-def gcn_norm_factor(indptr: torch.Tensor, indices: torch.Tensor, n_src: int, norm: str,
-                    dtype: torch.dtype) -> torch.Tensor:
+def gcn_norm_factor(
+    indptr: torch.Tensor, indices: torch.Tensor, n_src: int, norm: str, dtype: torch.dtype
+) -> torch.Tensor:
     """The degree normalisation of every CSR nonzero, [nnz] in ``dtype``: "both"
     1 / sqrt(d_in(row) d_out(col)), "right" 1 / d_in(row), "left" 1 / d_out(col), "none" 1, with
     the CSR's in-degrees of rows and out-degrees of its ``n_src`` columns, clamped to >= 1.
@@ -35,9 +37,15 @@ def gcn_norm_factor(indptr: torch.Tensor, indices: torch.Tensor, n_src: int, nor
     return factors[0] if len(factors) == 1 else factors[0].mul_(factors[1])
 
 
-def gcn_norm_values(a: MEBCRS, indptr: torch.Tensor, indices: torch.Tensor, n_src: int, norm: str,
-                    dtype: torch.dtype = torch.float32,
-                    weight: torch.Tensor | None = None) -> torch.Tensor:
+def gcn_norm_values(
+    a: MEBCRS,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    n_src: int,
+    norm: str,
+    dtype: torch.dtype = torch.float32,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[8 * n_vectors] in ``dtype``: A's value layout holding, at the slot of each nonzero of
     the CSR (indptr, indices) that ``a`` was built from, ``gcn_norm_factor`` times ``weight``
     (``dtype`` [nnz] in CSR order, or None: 1); the other slots 0. ``norm``: one of NORMS."""

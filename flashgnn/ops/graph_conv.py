@@ -21,25 +21,33 @@ copy into a static buffer, and the backward's after the bias gradient and the gr
 16-bit copy, are replayed from CUDA graphs: the same functions (``_forward_body``,
 ``_backward_body``) run eagerly or captured, so both give the same bits.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ..format import MEBCRS
 from ..tensor_cache import tensor_version
-from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ._autograd import tracing
-from ._pattern import check_dense, check_values, NO_TRANSPOSE, pattern_args, transpose_args, transposed_values
+from ._pattern import (
+    NO_TRANSPOSE,
+    check_dense,
+    check_values,
+    pattern_args,
+    transpose_args,
+    transposed_values,
+)
 from .precision import check_precision, half_storage, kernel_operands
 from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .spmm import _spmm, spmm
 
 
-
 def _dense_dtype(feat: Tensor) -> torch.dtype:
-    """The dtype the projection runs in: autocast's on feat's device (float64 stays), else feat's."""
+    """The dtype the projection runs in: autocast's on feat's device (float64 stays), else
+    feat's."""
     device = feat.device.type
     if feat.dtype != torch.float64 and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
@@ -53,7 +61,12 @@ _FP32_PRODUCTS = hasattr(torch.ops.aten.mm, "dtype") and hasattr(torch.ops.aten.
 def _fp32_product(a: Tensor, dtype: torch.dtype) -> bool:
     """Whether cuBLAS can write the product of 16-bit ``a`` (and an operand of its type) in
     ``dtype`` directly: fp32 output from fp16/bf16 CUDA operands."""
-    return _FP32_PRODUCTS and dtype == torch.float32 and a.is_cuda and a.dtype in (torch.float16, torch.bfloat16)
+    return (
+        _FP32_PRODUCTS
+        and dtype == torch.float32
+        and a.is_cuda
+        and a.dtype in (torch.float16, torch.bfloat16)
+    )
 
 
 def _project(a: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
@@ -77,13 +90,21 @@ def _product(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.mm(a, b).to(dtype)
 
 
-def _bias_gradient(grad: Tensor, bias_dtype: torch.dtype | None, dtype: torch.dtype | None,
-                   out: Tensor | None = None) -> tuple[Tensor | None, Tensor]:
+def _bias_gradient(
+    grad: Tensor,
+    bias_dtype: torch.dtype | None,
+    dtype: torch.dtype | None,
+    out: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor]:
     """(the bias gradient: grad's column sums in ``bias_dtype``, None without it; grad in
     ``dtype``, as it is without, written into ``out`` when given). One kernel on CUDA for an
     fp32 grad going to 16 bits."""
-    if bias_dtype is not None and grad.is_cuda and grad.dtype == torch.float32 and dtype in (torch.float16,
-                                                                                              torch.bfloat16):
+    if (
+        bias_dtype is not None
+        and grad.is_cuda
+        and grad.dtype == torch.float32
+        and dtype in (torch.float16, torch.bfloat16)
+    ):
         grad_16, sums = cast_and_sum_columns_cuda(grad, dtype, out)
         return sums.to(bias_dtype), grad_16
     grad_bias = None if bias_dtype is None else grad.sum(0).to(bias_dtype)
@@ -108,11 +129,22 @@ class _GraphConv(torch.autograd.Function):
             out, saved, w = slot.replay_forward(feat)
         else:
             x = feat.to(_input_dtype(feat.dtype, precision, dtype, project_first))
-            out, saved, w = _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
-                                          project_first)
+            out, saved, w = _forward_body(
+                x, weight, bias, values, pattern, shape, k, precision, dtype, project_first
+            )
         ctx.save_for_backward(saved, w, values, *transposed)
-        ctx.project_first, ctx.shape, ctx.k, ctx.precision, ctx.replay = project_first, shape, k, precision, replay
-        ctx.dtypes = feat.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype
+        ctx.project_first, ctx.shape, ctx.k, ctx.precision, ctx.replay = (
+            project_first,
+            shape,
+            k,
+            precision,
+            replay,
+        )
+        ctx.dtypes = (
+            feat.dtype,
+            None if weight is None else weight.dtype,
+            None if bias is None else bias.dtype,
+        )
         return out
 
     @staticmethod
@@ -124,39 +156,76 @@ class _GraphConv(torch.autograd.Function):
         slot = backward_slot(ctx.replay)
         # the product's gradients run in its dtype
         if slot is not None:
-            grad_bias, _ = _bias_gradient(grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input)
+            grad_bias, _ = _bias_gradient(
+                grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input
+            )
             grad_feat, grad_weight = slot.replay_backward()
         else:
             grad_bias, grad = _bias_gradient(grad, bias_dtype, None if w is None else w.dtype)
-            grad_feat, grad_weight = _backward_body(grad, saved, w, values, transposed, ctx.shape, ctx.k,
-                                                    ctx.precision, ctx.project_first, ctx.needs_input_grad[:2],
-                                                    ctx.dtypes[:2])
+            grad_feat, grad_weight = _backward_body(
+                grad,
+                saved,
+                w,
+                values,
+                transposed,
+                ctx.shape,
+                ctx.k,
+                ctx.precision,
+                ctx.project_first,
+                ctx.needs_input_grad[:2],
+                ctx.dtypes[:2],
+            )
         return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
-def _input_dtype(feat_dtype: torch.dtype, precision: str, dtype: torch.dtype, project_first: bool) -> torch.dtype:
+def _input_dtype(
+    feat_dtype: torch.dtype, precision: str, dtype: torch.dtype, project_first: bool
+) -> torch.dtype:
     """The dtype the forward's first kernel reads the features in: the product's ``dtype``
     when W multiplies first; else the SpMM's storage type when that is ``dtype`` (the SpMM
     rounds to it anyway, and then writes its result in it: no cast of the aggregate)."""
     return dtype if project_first or dtype == half_storage(precision) else feat_dtype
 
 
-def _forward_body(x: Tensor, weight: Tensor | None, bias: Tensor | None, values: Tensor, pattern: tuple,
-                  shape: tuple, k: int, precision: str, dtype: torch.dtype, project_first: bool) -> tuple:
+def _forward_body(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    values: Tensor,
+    pattern: tuple,
+    shape: tuple,
+    k: int,
+    precision: str,
+    dtype: torch.dtype,
+    project_first: bool,
+) -> tuple:
     """(out, the tensor the backward multiplies by (X W's X, or A X), W in ``dtype``) from x,
     the features in ``_input_dtype``."""
     w = None if weight is None else weight.to(dtype)
     if project_first:
         out = _spmm(*pattern, values, torch.mm(x, w), shape[0], k, precision, False, *NO_TRANSPOSE)
         return (out if bias is None else out + bias), x, w
-    saved = _spmm(*pattern, values, x, shape[0], k, precision, x.dtype == torch.float32, *NO_TRANSPOSE).to(dtype)
+    saved = _spmm(
+        *pattern, values, x, shape[0], k, precision, x.dtype == torch.float32, *NO_TRANSPOSE
+    ).to(dtype)
     if w is not None:
         return _project(saved, w, bias), saved, w
     return (saved if bias is None else saved + bias), saved, w
 
 
-def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values: Tensor, transposed: list,
-                   shape: tuple, k: int, precision: str, project_first: bool, needs: tuple, dtypes: tuple) -> tuple:
+def _backward_body(
+    grad: Tensor,
+    saved: Tensor,
+    w: Tensor | None,
+    values: Tensor,
+    transposed: list,
+    shape: tuple,
+    k: int,
+    precision: str,
+    project_first: bool,
+    needs: tuple,
+    dtypes: tuple,
+) -> tuple:
     """(grad_feat, grad_weight), None where not ``needs``, from the output's gradient in the
     product's dtype; ``dtypes``: the features' and the weight's. A^T's values come from the
     cache an eager backward filled before any capture of this one (``ops.replay``)."""
@@ -167,8 +236,18 @@ def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values: Tensor
     def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
         """A^T g in ``out_dtype``."""
         values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
-        return _spmm(t_row_ptr, t_col_idx, t_vec_mask, values_t, *kernel_operands(precision, g), shape[1], k,
-                     precision, out_dtype == torch.float32, *NO_TRANSPOSE).to(out_dtype)
+        return _spmm(
+            t_row_ptr,
+            t_col_idx,
+            t_vec_mask,
+            values_t,
+            *kernel_operands(precision, g),
+            shape[1],
+            k,
+            precision,
+            out_dtype == torch.float32,
+            *NO_TRANSPOSE,
+        ).to(out_dtype)
 
     grad_feat = grad_weight = None
     if project_first:  # out = A (X W): d(XW) = A^T dOut
@@ -184,8 +263,16 @@ def _backward_body(grad: Tensor, saved: Tensor, w: Tensor | None, values: Tensor
     return grad_feat, grad_weight
 
 
-def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-               precision: str = "fp32", *, values: Tensor | None = None, replay: NodeReplay | None = None) -> Tensor:
+def graph_conv(
+    a: MEBCRS,
+    feat: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    precision: str = "fp32",
+    *,
+    values: Tensor | None = None,
+    replay: NodeReplay | None = None,
+) -> Tensor:
     """``A (feat W) + bias`` when W has more rows than columns, else ``(A feat) W + bias``.
 
     a: MEBCRS [N, M]; feat [M, F_in] float16/bfloat16/float32/float64; weight [F_in, F_out] or
@@ -202,32 +289,67 @@ def graph_conv(a: MEBCRS, feat: Tensor, weight: Tensor | None = None, bias: Tens
     check_values("values", values, a)
     check_dense("feat", feat, a.n_cols, a.device)
     if weight is not None and (weight.dim() != 2 or weight.shape[0] != feat.shape[1]):
-        raise ValueError(f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}")
+        raise ValueError(
+            f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}"
+        )
     if tracing() or values.requires_grad:
         return _composed(a, feat, weight, bias, precision, values)
     # A^T serves dX, and dW when W multiplies first (d(XW) = A^T dOut): not the first layer of
     # a mini-batch, whose input features need no gradient (its block, the largest, then needs
     # no transpose at all)
-    need_t = torch.is_grad_enabled() and (feat.requires_grad or (
-        weight is not None and weight.requires_grad and _projects_first(weight)))
-    args = (feat, weight, bias, values, pattern_args(a), transpose_args(a, need_t), (a.n_rows, a.n_cols), a.k,
-            precision)
+    need_t = torch.is_grad_enabled() and (
+        feat.requires_grad
+        or (weight is not None and weight.requires_grad and _projects_first(weight))
+    )
+    args = (
+        feat,
+        weight,
+        bias,
+        values,
+        pattern_args(a),
+        transpose_args(a, need_t),
+        (a.n_rows, a.n_cols),
+        a.k,
+        precision,
+    )
     plan = None
     if replay is not None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
         plan = _replay_plan(replay, a, *args)
     return _GraphConv.apply(*args, plan)
 
 
-def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None,
-                 values: Tensor, pattern: tuple, transposed: tuple, shape: tuple, k: int,
-                 precision: str) -> tuple[Configuration, Slot | None]:
+def _replay_plan(
+    replay: NodeReplay,
+    a: MEBCRS,
+    feat: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    values: Tensor,
+    pattern: tuple,
+    transposed: tuple,
+    shape: tuple,
+    k: int,
+    precision: str,
+) -> tuple[Configuration, Slot | None]:
     """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
     dtype = _dense_dtype(feat) if weight is not None else feat.dtype
     grad = torch.is_grad_enabled()
     needs = tuple(grad and t is not None and t.requires_grad for t in (feat, weight, bias))
-    key = (id(a), id(values), tensor_version(values), id(weight), 0 if weight is None else weight.data_ptr(),
-           id(bias), 0 if bias is None else bias.data_ptr(), feat.shape, feat.dtype, dtype, precision, needs,
-           transposed[0] is not None)
+    key = (
+        id(a),
+        id(values),
+        tensor_version(values),
+        id(weight),
+        0 if weight is None else weight.data_ptr(),
+        id(bias),
+        0 if bias is None else bias.data_ptr(),
+        feat.shape,
+        feat.dtype,
+        dtype,
+        precision,
+        needs,
+        transposed[0] is not None,
+    )
     project_first = _projects_first(weight)
     x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
     weight_dtype = None if weight is None else weight.dtype
@@ -238,18 +360,41 @@ def _replay_plan(replay: NodeReplay, a: MEBCRS, feat: Tensor, weight: Tensor | N
 
     def backward(slot: Slot, g: Tensor) -> tuple:
         _, saved, w = slot.outputs
-        return _backward_body(g, saved, w, values, transposed, shape, k, precision, project_first, needs[:2],
-                              (feat.dtype, weight_dtype))
+        return _backward_body(
+            g,
+            saved,
+            w,
+            values,
+            transposed,
+            shape,
+            k,
+            precision,
+            project_first,
+            needs[:2],
+            (feat.dtype, weight_dtype),
+        )
 
-    return replay.plan(key, (a, values, weight, bias), feat.device,
-                       lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
-                       lambda x: _forward_body(x, weight, bias, values, pattern, shape, k, precision, dtype,
-                                               project_first),
-                       grad_input, backward if any(needs) else None)
+    return replay.plan(
+        key,
+        (a, values, weight, bias),
+        feat.device,
+        lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
+        lambda x: _forward_body(
+            x, weight, bias, values, pattern, shape, k, precision, dtype, project_first
+        ),
+        grad_input,
+        backward if any(needs) else None,
+    )
 
 
-def _composed(a: MEBCRS, feat: Tensor, weight: Tensor | None, bias: Tensor | None, precision: str,
-              values: Tensor) -> Tensor:
+def _composed(
+    a: MEBCRS,
+    feat: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    precision: str,
+    values: Tensor,
+) -> Tensor:
     """``graph_conv`` from the registered ops and torch's matmul (autocast applies to it)."""
     if _projects_first(weight):
         out = spmm(a, feat @ weight, precision, values=values)

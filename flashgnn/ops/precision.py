@@ -4,6 +4,7 @@ Every precision accumulates in fp32; the name says how the *inputs* are stored w
 enter the tensor cores. The reference implementation rounds the inputs exactly as the
 kernels do, then computes in fp32 (float64 when the inputs are float64, for gradcheck).
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ They walk the format's blocks (decoded from row_ptr, col_idx, vec_mask and k), n
 original CSR, and run on any device. They are the CPU implementation of the ops and the
 reference every CUDA kernel is checked against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,13 +33,18 @@ def _chunks(n: int, width: int):
         yield slice(start, min(n, start + step))
 
 
-def spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int,
-                   precision: str, out_fp32: bool) -> torch.Tensor:
+def spmm_reference(
+    row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str, out_fp32: bool
+) -> torch.Tensor:
     """A @ x for A in ME-BCRS; x [n_cols, N] -> [n_rows, N]."""
-    return spmm_on_coords(_coords(row_ptr, col_idx, vec_mask, k), values, x, n_rows, precision, out_fp32)
+    return spmm_on_coords(
+        _coords(row_ptr, col_idx, vec_mask, k), values, x, n_rows, precision, out_fp32
+    )
 
 
-def spmm_on_coords(c: SlotCoords, values, x, n_rows: int, precision: str, out_fp32: bool) -> torch.Tensor:
+def spmm_on_coords(
+    c: SlotCoords, values, x, n_rows: int, precision: str, out_fp32: bool
+) -> torch.Tensor:
     """A @ x for A given by the coordinates of its real slots in any value layout."""
     dtype = compute_dtype(values, x)
     xr = round_to_precision(x, precision, dtype)
@@ -50,8 +56,11 @@ def spmm_on_coords(c: SlotCoords, values, x, n_rows: int, precision: str, out_fp
 
 
 def sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k: int, precision: str) -> torch.Tensor:
-    """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors]; x [n_rows, K], y [n_cols, K]."""
-    return sddmm_on_coords(_coords(row_ptr, col_idx, vec_mask, k), WINDOW * col_idx.numel(), x, y, precision)
+    """(x @ y^T) on A's pattern, in A's value layout [8 * n_vectors]; x [n_rows, K], y [n_cols,
+    K]."""
+    return sddmm_on_coords(
+        _coords(row_ptr, col_idx, vec_mask, k), WINDOW * col_idx.numel(), x, y, precision
+    )
 
 
 def sddmm_on_coords(c: SlotCoords, n_slots: int, x, y, precision: str) -> torch.Tensor:
@@ -80,8 +89,9 @@ def edge_softmax_reference(row_ptr, col_idx, vec_mask, scores, n_rows: int, k: i
     return out
 
 
-def edge_softmax_backward_reference(row_ptr, col_idx, vec_mask, probs, grad, n_rows: int,
-                                    k: int) -> torch.Tensor:
+def edge_softmax_backward_reference(
+    row_ptr, col_idx, vec_mask, probs, grad, n_rows: int, k: int
+) -> torch.Tensor:
     """d(scores) = p * (g - sum_row(p * g)) on the real slots."""
     dtype = compute_dtype(probs, grad)
     c = _coords(row_ptr, col_idx, vec_mask, k)
@@ -98,8 +108,9 @@ def normalize_rows_reference(x: torch.Tensor, eps: float) -> tuple[torch.Tensor,
     return x / norm.clamp_min(eps), norm
 
 
-def normalize_rows_backward_reference(x: torch.Tensor, norm: torch.Tensor, d_unit: torch.Tensor,
-                                      eps: float) -> torch.Tensor:
+def normalize_rows_backward_reference(
+    x: torch.Tensor, norm: torch.Tensor, d_unit: torch.Tensor, eps: float
+) -> torch.Tensor:
     """The gradient of x through ``normalize_rows_reference`` given d_unit; the norm takes a
     gradient only where it was not clamped (clamp_min's rule)."""
     denom = norm.clamp_min(eps)

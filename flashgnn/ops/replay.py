@@ -22,34 +22,46 @@ eagerly. Inside an outer capture or its warm-up (``cuda_graphs.capturing``: a wh
 ``CudaGraphStep``, or the caller's own ``torch.cuda.graph``) and in inference mode, the op
 runs eagerly.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from .._cuda.runtime import current_stream
 from .._torch_private import storage_use_counter
-from ..cuda_graphs import capturing, warn_eager
 from ..cuda_graphs import capture as capture_graph
+from ..cuda_graphs import capturing, warn_eager
 
 SLOTS = 2  # per configuration: the step in flight and the one before it
-CONFIGURATIONS = 3  # per NodeReplay (training, evaluation, one more); the least recently used goes first
-AUTO_MAX_NONZEROS = 1 << 22  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
+CONFIGURATIONS = (
+    3  # per NodeReplay (training, evaluation, one more); the least recently used goes first
+)
+AUTO_MAX_NONZEROS = (
+    1 << 22
+)  # replay=None replays sparse matrices up to this size: beyond, steps are GPU-bound
 
 
-def capture(body: Callable[[], object], device: torch.device) -> tuple[torch.cuda.CUDAGraph, object]:
+def capture(
+    body: Callable[[], object], device: torch.device
+) -> tuple[torch.cuda.CUDAGraph, object]:
     """``cuda_graphs.capture`` of a node's body on ``device``, after one eager run on the
     capture stream (an eager backward may have run on autograd's own thread, so this thread
     may still lack its cuBLAS handle), with autograd off, autocast as the caller has it but
     without its cast cache, and other threads free to use the GPU meanwhile."""
-    autocast = torch.autocast("cuda", enabled=torch.is_autocast_enabled("cuda"),
-                              dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+    autocast = torch.autocast(
+        "cuda",
+        enabled=torch.is_autocast_enabled("cuda"),
+        dtype=torch.get_autocast_dtype("cuda"),
+        cache_enabled=False,
+    )
     with torch.no_grad(), autocast:
-        return capture_graph(body, device, warmup=1, what="a layer's kernels",
-                             capture_error_mode="thread_local")
+        return capture_graph(
+            body, device, warmup=1, what="a layer's kernels", capture_error_mode="thread_local"
+        )
 
 
 class Statics:
@@ -126,7 +138,9 @@ class Configuration:
         self.failed = False
         self.slots: list[Slot] = []
 
-    def forward_slot(self, make: Callable[[], Slot], make_backward: Callable[[Slot], None] | None) -> Slot | None:
+    def forward_slot(
+        self, make: Callable[[], Slot], make_backward: Callable[[Slot], None] | None
+    ) -> Slot | None:
         """A slot to replay this call's forward on, or None to run it eagerly: the first call
         runs eagerly; later ones take a slot nothing else holds, capturing a new one (``make``)
         while there are fewer than SLOTS. ``make_backward(slot)`` captures the slot's backward
@@ -139,9 +153,16 @@ class Configuration:
             if slot is None and len(self.slots) < SLOTS:
                 slot = make()
                 self.slots.append(slot)
-            if slot is not None and make_backward is not None and self.backward_warm and slot.backward_graph is None:
+            if (
+                slot is not None
+                and make_backward is not None
+                and self.backward_warm
+                and slot.backward_graph is None
+            ):
                 make_backward(slot)
-        except RuntimeError as e:  # a kernel that cannot be captured: this configuration stays eager
+        except (
+            RuntimeError
+        ) as e:  # a kernel that cannot be captured: this configuration stays eager
             self.failed = True
             warn_eager("a layer's kernels", e)
             return None
@@ -177,13 +198,24 @@ class NodeReplay:
 
     def applies(self, x: Tensor, nnz: int) -> bool:
         """Whether a call on CUDA tensor ``x`` and a sparse matrix of ``nnz`` nonzeros replays."""
-        if self.enabled is False or not x.is_cuda or (self.enabled is None and nnz > AUTO_MAX_NONZEROS):
+        if (
+            self.enabled is False
+            or not x.is_cuda
+            or (self.enabled is None and nnz > AUTO_MAX_NONZEROS)
+        ):
             return False
         return not torch.is_inference_mode_enabled() and not capturing()
 
-    def plan(self, key: tuple, keep: tuple, device: torch.device, new_input: Callable[[], Tensor],
-             forward: Callable[[Tensor], tuple], new_grad_input: Callable[[Slot], Tensor] | None = None,
-             backward: Callable[[Slot, Tensor], tuple] | None = None) -> tuple[Configuration, Slot | None]:
+    def plan(
+        self,
+        key: tuple,
+        keep: tuple,
+        device: torch.device,
+        new_input: Callable[[], Tensor],
+        forward: Callable[[Tensor], tuple],
+        new_grad_input: Callable[[Slot], Tensor] | None = None,
+        backward: Callable[[Slot, Tensor], tuple] | None = None,
+    ) -> tuple[Configuration, Slot | None]:
         """(the configuration of ``key`` on ``device``'s current stream, the slot this call's
         forward replays on or None to run it eagerly). ``keep``: the objects the key names by
         ``id``, kept alive, whose tensors the bodies only read. A new slot's static input is
@@ -195,8 +227,9 @@ class NodeReplay:
         def make_backward(slot: Slot) -> None:
             slot.capture_backward(new_grad_input(slot), lambda g: backward(slot, g))
 
-        return config, config.forward_slot(lambda: Slot(new_input(), forward, keep),
-                                           None if backward is None else make_backward)
+        return config, config.forward_slot(
+            lambda: Slot(new_input(), forward, keep), None if backward is None else make_backward
+        )
 
     def configuration(self, key: tuple, keep: tuple) -> Configuration:
         config = self._configurations.get(key)

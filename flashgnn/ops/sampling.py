@@ -1,6 +1,7 @@
 """The in-edges a mini-batch hop keeps: for each destination a uniform random subset of
 min(fanout, in-degree) of its in-edges, without replacement. On CUDA for fanouts up to
 MAX_FANOUT one kernel (``kernels/sample_neighbors.cu``); otherwise torch."""
+
 from __future__ import annotations
 
 import torch
@@ -8,10 +9,17 @@ import torch
 from .._cuda.sample_neighbors import MAX_FANOUT, sample_in_edges_cuda
 
 
-def sample_in_edges(indptr: torch.Tensor, dst: torch.Tensor, start: torch.Tensor,
-                    degree: torch.Tensor, kept_end: torch.Tensor, total: int, n_kept: int,
-                    fanout: int, generator: torch.Generator | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_in_edges(
+    indptr: torch.Tensor,
+    dst: torch.Tensor,
+    start: torch.Tensor,
+    degree: torch.Tensor,
+    kept_end: torch.Tensor,
+    total: int,
+    n_kept: int,
+    fanout: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(row, pos) int64 [n_kept], grouped by row: the kept in-edges of destination i (node
     ``dst[i]`` of the CSR ``indptr``) at CSR positions ``pos`` with ``row`` = i.
 

@@ -5,6 +5,7 @@ the same maths as products and sums in torch, which build a [heads, rows, A, F] 
 each way and reduce the attention vectors' gradient over the rows: a visible share of a GAT
 step on graphs of millions of nodes (docs/TUNING.md).
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,7 +27,9 @@ class _ScoreTerms(torch.autograd.Function):
     def backward(ctx, d_terms):
         ft, attn = ctx.saved_tensors
         d_ft, d_attn = score_terms_backward_cuda(ft, attn, d_terms.to(torch.float32))
-        return (d_ft if ctx.needs_input_grad[0] else None), (d_attn if ctx.needs_input_grad[1] else None)
+        return (d_ft if ctx.needs_input_grad[0] else None), (
+            d_attn if ctx.needs_input_grad[1] else None
+        )
 
 
 def score_terms(ft: Tensor, attn: Tensor) -> Tensor:
@@ -35,10 +38,17 @@ def score_terms(ft: Tensor, attn: Tensor) -> Tensor:
     ft: head-major node features [heads * rows, F] (fp16, bf16, fp32 or float64); attn: the
     attention vectors [heads, A, F] (float32 or float64). Products and sums in attn's type
     (float64 when either is), as ``(ft * attn).sum(-1)``; differentiable in both."""
-    if (attn.dim() != 3 or ft.dim() != 2 or attn.shape[2] != ft.shape[1] or attn.shape[0] < 1
-            or ft.shape[0] % attn.shape[0]):
-        raise ValueError(f"score_terms: ft [heads * rows, F] and attn [heads, A, F] expected, got "
-                         f"{tuple(ft.shape)} and {tuple(attn.shape)}")
+    if (
+        attn.dim() != 3
+        or ft.dim() != 2
+        or attn.shape[2] != ft.shape[1]
+        or attn.shape[0] < 1
+        or ft.shape[0] % attn.shape[0]
+    ):
+        raise ValueError(
+            f"score_terms: ft [heads * rows, F] and attn [heads, A, F] expected, got "
+            f"{tuple(ft.shape)} and {tuple(attn.shape)}"
+        )
     if supported(ft, attn) and not tracing():
         return _ScoreTerms.apply(ft, attn)
     heads, terms, f_dim = attn.shape

@@ -1,13 +1,12 @@
 """SDDMM: (X @ Y^T) sampled on A's nonzeros, in A's value layout."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..format import MEBCRS
 from .._cuda import sddmm as cuda_sddmm
+from ..format import MEBCRS
 from ._autograd import op_entry
 from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
 from .blocked16 import sddmm16
@@ -15,17 +14,29 @@ from .precision import check_precision, compute_dtype, kernel_operands
 from .reference import sddmm_reference
 
 
-def _sddmm(row_ptr: Tensor, col_idx: Tensor, vec_mask: Tensor, x: Tensor, y: Tensor,
-           k: int, precision: str,
-           t_row_ptr: Optional[Tensor], t_col_idx: Optional[Tensor], t_vec_mask: Optional[Tensor],
-           t_perm: Optional[Tensor], t_src: Optional[Tensor]) -> Tensor:
+def _sddmm(
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    precision: str,
+    t_row_ptr: Tensor | None,
+    t_col_idx: Tensor | None,
+    t_vec_mask: Tensor | None,
+    t_perm: Tensor | None,
+    t_src: Tensor | None,
+) -> Tensor:
     """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (CUDA cores for
     fp32 and where ``tf32_on_cuda_cores``, tensor cores otherwise), else the reference. The A^T
     tensors are only for the backward."""
     if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
-    if precision == "fp32" or (precision == "tf32" and cuda_sddmm.tf32_on_cuda_cores(
-            x, y, col_idx.numel(), row_ptr.numel() - 1)):
+    if precision == "fp32" or (
+        precision == "tf32"
+        and cuda_sddmm.tf32_on_cuda_cores(x, y, col_idx.numel(), row_ptr.numel() - 1)
+    ):
         return cuda_sddmm.sddmm_cuda_cores(row_ptr, col_idx, vec_mask, x, y, k, precision)
     return cuda_sddmm.sddmm_tensor_core(row_ptr, col_idx, vec_mask, x, y, k, precision)
 
@@ -54,15 +65,40 @@ def _backward(ctx, grad):
     # dX reads y, dY reads x; AGNN passes one tensor as both, converted once
     yk, xk = kernel_operands(ctx.precision, y if need_x else None, x if need_y else None)
     if need_x:
-        grad_x = spmm_call(row_ptr, col_idx, vec_mask, grad, yk, x.shape[0], ctx.k, ctx.precision,
-                           x.dtype == torch.float32, *t).to(x.dtype)
+        grad_x = spmm_call(
+            row_ptr,
+            col_idx,
+            vec_mask,
+            grad,
+            yk,
+            x.shape[0],
+            ctx.k,
+            ctx.precision,
+            x.dtype == torch.float32,
+            *t,
+        ).to(x.dtype)
     if need_y:
         if t_row_ptr is None:
-            raise RuntimeError("sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it")
+            raise RuntimeError(
+                "sddmm: the gradient of Y needs A^T; call flashgnn.ops.sddmm, which builds it"
+            )
         grad_t = transposed_values(grad, t_col_idx, t_perm, t_src)
-        grad_y = spmm_call(t_row_ptr, t_col_idx, t_vec_mask, grad_t, xk, y.shape[0], ctx.k,
-                           ctx.precision, y.dtype == torch.float32, row_ptr, col_idx, vec_mask, t_src,
-                           t_perm).to(y.dtype)
+        grad_y = spmm_call(
+            t_row_ptr,
+            t_col_idx,
+            t_vec_mask,
+            grad_t,
+            xk,
+            y.shape[0],
+            ctx.k,
+            ctx.precision,
+            y.dtype == torch.float32,
+            row_ptr,
+            col_idx,
+            vec_mask,
+            t_src,
+            t_perm,
+        ).to(y.dtype)
     return (None, None, None, grad_x, grad_y) + (None,) * 7
 
 
@@ -80,7 +116,9 @@ def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
     check_dense("x", x, a.n_rows, a.device)
     check_dense("y", y, a.n_cols, a.device)
     if x.shape[1] != y.shape[1]:
-        raise ValueError(f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+        raise ValueError(
+            f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}"
+        )
     if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
         return sddmm16(a, x, y, precision)
     need_t = torch.is_grad_enabled() and y.requires_grad

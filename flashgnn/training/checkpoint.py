@@ -3,6 +3,7 @@ weights of the best validation epoch). Written atomically (a temporary file, the
 rename), so a run killed mid-save keeps its previous checkpoint; read back with
 ``weights_only=True``.
 """
+
 from __future__ import annotations
 
 import os

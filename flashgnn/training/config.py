@@ -6,10 +6,12 @@ A config has four sections and two top-level keys::
     self_loops: true          # add a self-loop to every node before training
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
     model: {name: gcn, ...}      # build_model's name and keyword arguments
-    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress, cuda_graph,
+    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress,
+    cuda_graph,
             batch_size, fanouts}
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
+
 from __future__ import annotations
 
 import copy
@@ -61,7 +63,8 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+    list("-+0123456789."),
+)
 
 
 def _parse(text: str):
@@ -114,7 +117,11 @@ def _merge(defaults: dict, given: dict, where: str) -> dict:
             if not isinstance(value, dict):
                 raise ConfigError(f"config key '{where}{key}' must be a mapping, got {value!r}")
             # a given dataset or model section replaces the default one whole
-            merged[key] = dict(value) if key in _FREE_SECTIONS else _merge(defaults[key], value, f"{where}{key}.")
+            merged[key] = (
+                dict(value)
+                if key in _FREE_SECTIONS
+                else _merge(defaults[key], value, f"{where}{key}.")
+            )
         else:
             merged[key] = value
     return merged
@@ -141,35 +148,88 @@ def resolve_config(config: dict) -> dict:
     cfg = _merge(DEFAULTS, config, "")
     for section in _FREE_SECTIONS:
         name = cfg[section].get("name")
-        _require(isinstance(name, str) and bool(name), f"{section}.name", "a non-empty string", name)
+        _require(
+            isinstance(name, str) and bool(name), f"{section}.name", "a non-empty string", name
+        )
     t = cfg["train"]
-    _require(_is_int(t["epochs"]) and t["epochs"] >= 1, "train.epochs", "an integer >= 1", t["epochs"])
+    _require(
+        _is_int(t["epochs"]) and t["epochs"] >= 1, "train.epochs", "an integer >= 1", t["epochs"]
+    )
     _require(_is_number(t["lr"]) and t["lr"] > 0, "train.lr", "a number > 0", t["lr"])
-    _require(_is_number(t["weight_decay"]) and t["weight_decay"] >= 0, "train.weight_decay", "a number >= 0",
-             t["weight_decay"])
-    _require(t["patience"] is None or (_is_int(t["patience"]) and t["patience"] >= 1), "train.patience",
-             "an integer >= 1 or null", t["patience"])
-    _require(t["precision"] in PRECISIONS, "train.precision", f"one of {PRECISIONS}", t["precision"])
+    _require(
+        _is_number(t["weight_decay"]) and t["weight_decay"] >= 0,
+        "train.weight_decay",
+        "a number >= 0",
+        t["weight_decay"],
+    )
+    _require(
+        t["patience"] is None or (_is_int(t["patience"]) and t["patience"] >= 1),
+        "train.patience",
+        "an integer >= 1 or null",
+        t["patience"],
+    )
+    _require(
+        t["precision"] in PRECISIONS, "train.precision", f"one of {PRECISIONS}", t["precision"]
+    )
     _require(_is_int(t["seed"]), "train.seed", "an integer", t["seed"])
-    _require(isinstance(t["device"], str), "train.device", "a device string ('auto', 'cpu', 'cuda:0')",
-             t["device"])
-    _require(_is_int(t["eval_every"]) and t["eval_every"] >= 1, "train.eval_every", "an integer >= 1",
-             t["eval_every"])
-    _require(isinstance(t["cuda_graph"], bool) or t["cuda_graph"] == "auto", "train.cuda_graph",
-             "true, false or auto", t["cuda_graph"])
-    _require(t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"])
-    _require(t["batch_size"] is None or (_is_int(t["batch_size"]) and t["batch_size"] >= 1), "train.batch_size",
-             "an integer >= 1 or null", t["batch_size"])
+    _require(
+        isinstance(t["device"], str),
+        "train.device",
+        "a device string ('auto', 'cpu', 'cuda:0')",
+        t["device"],
+    )
+    _require(
+        _is_int(t["eval_every"]) and t["eval_every"] >= 1,
+        "train.eval_every",
+        "an integer >= 1",
+        t["eval_every"],
+    )
+    _require(
+        isinstance(t["cuda_graph"], bool) or t["cuda_graph"] == "auto",
+        "train.cuda_graph",
+        "true, false or auto",
+        t["cuda_graph"],
+    )
+    _require(
+        t["progress"] in (None, True, False), "train.progress", "true, false or null", t["progress"]
+    )
+    _require(
+        t["batch_size"] is None or (_is_int(t["batch_size"]) and t["batch_size"] >= 1),
+        "train.batch_size",
+        "an integer >= 1 or null",
+        t["batch_size"],
+    )
     fanouts = t["fanouts"]
-    _require(fanouts is None or (isinstance(fanouts, list) and bool(fanouts) and all(
-        _is_int(f) and (f >= 1 or f == -1) for f in fanouts)), "train.fanouts",
-        "a non-empty list of integers >= 1 or -1 (every in-edge), or null", fanouts)
-    _require((fanouts is None) == (t["batch_size"] is None), "train.fanouts",
-             "set together with train.batch_size (mini-batch training) or not at all", fanouts)
-    _require(t["batch_size"] is None or t["cuda_graph"] is not True, "train.cuda_graph",
-             "false or auto with train.batch_size (mini-batch steps are not replayed)", t["cuda_graph"])
+    _require(
+        fanouts is None
+        or (
+            isinstance(fanouts, list)
+            and bool(fanouts)
+            and all(_is_int(f) and (f >= 1 or f == -1) for f in fanouts)
+        ),
+        "train.fanouts",
+        "a non-empty list of integers >= 1 or -1 (every in-edge), or null",
+        fanouts,
+    )
+    _require(
+        (fanouts is None) == (t["batch_size"] is None),
+        "train.fanouts",
+        "set together with train.batch_size (mini-batch training) or not at all",
+        fanouts,
+    )
+    _require(
+        t["batch_size"] is None or t["cuda_graph"] is not True,
+        "train.cuda_graph",
+        "false or auto with train.batch_size (mini-batch steps are not replayed)",
+        t["cuda_graph"],
+    )
     _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
     if cfg["name"] is None:
         cfg["name"] = f"{cfg['model']['name']}-{cfg['dataset']['name']}"
-    _require(isinstance(cfg["name"], str) and "/" not in cfg["name"], "name", "a string without '/'", cfg["name"])
+    _require(
+        isinstance(cfg["name"], str) and "/" not in cfg["name"],
+        "name",
+        "a string without '/'",
+        cfg["name"],
+    )
     return cfg

@@ -7,6 +7,7 @@ row per epoch), ``last.pt`` (resumable state), ``best.pt`` (weights of the best 
 epoch) and ``summary.json`` (scores of the best epoch, preprocessing and epoch times, peak
 memory).
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,10 +28,10 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
-from ..ops.replay import set_replay
 from ..data import Dataset, load_dataset
 from ..graph import Graph
 from ..nn import AGNNConv, GATConv, GCNConv
+from ..ops.replay import set_replay
 from ..precision_context import block_width
 from ..sampling import NeighborSampler
 from . import checkpoint
@@ -97,8 +98,17 @@ def build_configured_model(section: dict, dataset: Dataset) -> torch.nn.Module:
 def prepare_graph(graph: Graph, self_loops: bool, device: torch.device, k: int) -> Graph:
     """A new Graph (so no format is cached yet) on ``device``, with self-loops if asked, and
     its ME-BCRS of A and A^T for block width ``k`` built."""
-    fresh = graph.add_self_loops() if self_loops else Graph(
-        graph.indptr, graph.indices, graph.node_counts, edge_ids=graph.edge_ids, edge_weight=graph.edge_weight)
+    fresh = (
+        graph.add_self_loops()
+        if self_loops
+        else Graph(
+            graph.indptr,
+            graph.indices,
+            graph.node_counts,
+            edge_ids=graph.edge_ids,
+            edge_weight=graph.edge_weight,
+        )
+    )
     fresh = fresh.to(device)
     fresh.adj(k).transpose()
     return fresh
@@ -111,7 +121,8 @@ AUTO_CUDA_GRAPH_EDGES = 5_000_000
 
 
 def use_cuda_graph(setting: bool | str, device: torch.device, num_edges: int) -> bool:
-    """Whether a run replays its steps from CUDA graphs: ``train.cuda_graph`` with "auto" resolved."""
+    """Whether a run replays its steps from CUDA graphs: ``train.cuda_graph`` with "auto"
+    resolved."""
     if setting == "auto":
         return device.type == "cuda" and num_edges <= AUTO_CUDA_GRAPH_EDGES
     return setting
@@ -124,12 +135,16 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Ten
     return F.cross_entropy(logits, y)
 
 
-def make_optimizer(parameters, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Adam:
+def make_optimizer(
+    parameters, lr: float, weight_decay: float, device: torch.device
+) -> torch.optim.Adam:
     """Adam; on CUDA the fused kernel (one launch per step, loss scaling without a host
     synchronisation), which a CUDA graph can capture (for it ``capturable`` only allows the
     capture; the kernel is the same)."""
     cuda = device.type == "cuda"
-    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=cuda, capturable=cuda)
+    return torch.optim.Adam(
+        parameters, lr=lr, weight_decay=weight_decay, fused=cuda, capturable=cuda
+    )
 
 
 def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +154,9 @@ def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor,
     return index, y.index_select(0, index)
 
 
-def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool) -> torch.Tensor:
+def train_step(
+    model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool
+) -> torch.Tensor:
     """One step: forward in ``precision``, loss on the output rows ``index`` (int64; None:
     every row, as on a mini-batch's blocks) whose labels are ``y_index``, scaled backward, the
     optimizer step. Returns the loss (a device tensor: reading it synchronises). Nothing in a
@@ -147,15 +164,27 @@ def train_step(model, graph, x, y_index, index, optimizer, scaler, precision: st
     optimizer.zero_grad(set_to_none=True)
     with precision_scope(precision, x.device):
         logits = model(graph, x)
-        loss = _loss(logits if index is None else logits.index_select(0, index), y_index, multi_label)
+        loss = _loss(
+            logits if index is None else logits.index_select(0, index), y_index, multi_label
+        )
         scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
     return loss
 
 
-def minibatch_epoch(model, sampler: NeighborSampler, x, y, train_index, batch_size: int, optimizer, scaler,
-                    precision: str, multi_label: bool) -> torch.Tensor:
+def minibatch_epoch(
+    model,
+    sampler: NeighborSampler,
+    x,
+    y,
+    train_index,
+    batch_size: int,
+    optimizer,
+    scaler,
+    precision: str,
+    multi_label: bool,
+) -> torch.Tensor:
     """One epoch of mini-batch steps: the training nodes ``train_index`` in a random order, in
     batches of ``batch_size``, each on the blocks ``sampler`` draws for it. Returns the mean
     loss per node (a device tensor)."""
@@ -163,8 +192,17 @@ def minibatch_epoch(model, sampler: NeighborSampler, x, y, train_index, batch_si
     total = torch.zeros((), device=x.device)
     for seeds in order.split(batch_size):
         input_nodes, blocks = sampler.sample(seeds)
-        loss = train_step(model, blocks, x.index_select(0, input_nodes), y.index_select(0, seeds), None, optimizer,
-                          scaler, precision, multi_label)
+        loss = train_step(
+            model,
+            blocks,
+            x.index_select(0, input_nodes),
+            y.index_select(0, seeds),
+            None,
+            optimizer,
+            scaler,
+            precision,
+            multi_label,
+        )
         total += loss.detach() * seeds.numel()
     return total / max(order.numel(), 1)
 
@@ -173,8 +211,10 @@ def check_fanouts(model: torch.nn.Module, fanouts: list[int]) -> None:
     """ConfigError unless ``fanouts`` has one entry per graph layer of ``model``."""
     layers = sum(isinstance(m, (GCNConv, AGNNConv, GATConv)) for m in model.modules())
     if layers != len(fanouts):
-        raise ConfigError(f"config key 'train.fanouts' must have one fanout per graph layer of the model "
-                          f"({layers}), got {fanouts}")
+        raise ConfigError(
+            f"config key 'train.fanouts' must have one fanout per graph layer of the model "
+            f"({layers}), got {fanouts}"
+        )
 
 
 class EarlyStopping:
@@ -222,8 +262,13 @@ class _MetricsLog:
             csv.DictWriter(f, CSV_FIELDS).writerow(row)
 
 
-def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | None = None,
-          load_seconds: float | None = None) -> dict:
+def train(
+    config: dict,
+    *,
+    resume: str | Path | None = None,
+    dataset: Dataset | None = None,
+    load_seconds: float | None = None,
+) -> dict:
     """Train as ``config`` says (see ``config.py``) and return the run's summary (also written
     to ``summary.json``). ``resume``: a run folder to continue from its ``last.pt``.
     ``dataset``: an already loaded dataset to use instead of loading ``config['dataset']``
@@ -233,7 +278,9 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     t = cfg["train"]
     device = resolve_device(t["device"])
     if t["cuda_graph"] is True and device.type != "cuda":
-        raise ConfigError(f"config key 'train.cuda_graph' needs a CUDA device, but the run is on {device}")
+        raise ConfigError(
+            f"config key 'train.cuda_graph' needs a CUDA device, but the run is on {device}"
+        )
     precision = t["precision"]
     run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
     if resume is not None and not (run_dir / checkpoint.LAST).is_file():
@@ -251,7 +298,9 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     x = dataset.x.to(device=device, dtype=torch.float32)
     bad = int((~torch.isfinite(x)).sum())
     if bad:
-        raise ValueError(f"dataset {cfg['dataset']['name']!r}: the features hold {bad} NaN or infinite values")
+        raise ValueError(
+            f"dataset {cfg['dataset']['name']!r}: the features hold {bad} NaN or infinite values"
+        )
     y = dataset.y.to(device)
     masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
     _sync(device)
@@ -292,12 +341,32 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
         sampler = NeighborSampler(graph, t["fanouts"])
 
         def step() -> torch.Tensor:
-            return minibatch_epoch(model, sampler, x, y, train_index, t["batch_size"], optimizer, scaler, precision,
-                                   dataset.multi_label)
+            return minibatch_epoch(
+                model,
+                sampler,
+                x,
+                y,
+                train_index,
+                t["batch_size"],
+                optimizer,
+                scaler,
+                precision,
+                dataset.multi_label,
+            )
     else:
+
         def step() -> torch.Tensor:
-            return train_step(model, graph, x, y_train, train_index, optimizer, scaler, precision,
-                              dataset.multi_label).detach()
+            return train_step(
+                model,
+                graph,
+                x,
+                y_train,
+                train_index,
+                optimizer,
+                scaler,
+                precision,
+                dataset.multi_label,
+            ).detach()
 
     def logits() -> torch.Tensor:
         with torch.no_grad(), precision_scope(precision, device):
@@ -305,8 +374,13 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
 
     if cuda_graph:
         step, logits = CudaGraphStep(step), CudaGraphStep(logits)
-    bar = tqdm(range(start_epoch, t["epochs"]), initial=start_epoch, total=t["epochs"], desc=cfg["name"],
-               disable=None if t["progress"] is None else not t["progress"])
+    bar = tqdm(
+        range(start_epoch, t["epochs"]),
+        initial=start_epoch,
+        total=t["epochs"],
+        desc=cfg["name"],
+        disable=None if t["progress"] is None else not t["progress"],
+    )
     epoch = start_epoch - 1
     for epoch in bar:
         tic = time.perf_counter()
@@ -317,8 +391,10 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
 
         row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
         if not math.isfinite(row["loss"]):
-            raise FloatingPointError(f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in {precision}; "
-                                     "the run diverged (try a lower train.lr or another precision)")
+            raise FloatingPointError(
+                f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in {precision}; "
+                "the run diverged (try a lower train.lr or another precision)"
+            )
         if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
             tic = time.perf_counter()
             model.eval()
@@ -326,15 +402,28 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
             scores = {split: dataset.evaluate(out, y, mask) for split, mask in zip(SPLITS, masks)}
             row.update(scores, eval_time_s=time.perf_counter() - tic)
             if stopper.update(scores["val"], epoch):
-                checkpoint.save(run_dir / checkpoint.BEST, {"epoch": epoch + 1, "model": model.state_dict(),
-                                                            "scores": scores})
-            bar.set_postfix(loss=f"{row['loss']:.4f}", val=f"{scores['val']:.4f}",
-                            epoch_s=f"{epoch_times[-1]:.4f}")
+                checkpoint.save(
+                    run_dir / checkpoint.BEST,
+                    {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},
+                )
+            bar.set_postfix(
+                loss=f"{row['loss']:.4f}",
+                val=f"{scores['val']:.4f}",
+                epoch_s=f"{epoch_times[-1]:.4f}",
+            )
         log.append(row)
-        checkpoint.save(run_dir / checkpoint.LAST, {
-            "epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(), "early_stopping": stopper.state_dict(),
-            "rng": checkpoint.rng_state(), "epoch_times": epoch_times})
+        checkpoint.save(
+            run_dir / checkpoint.LAST,
+            {
+                "epoch": epoch + 1,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict(),
+                "early_stopping": stopper.state_dict(),
+                "rng": checkpoint.rng_state(),
+                "epoch_times": epoch_times,
+            },
+        )
         if stopper.should_stop(epoch):
             break
     bar.close()
@@ -342,21 +431,33 @@ def train(config: dict, *, resume: str | Path | None = None, dataset: Dataset | 
     best = checkpoint.load(run_dir / checkpoint.BEST, device)
     model.load_state_dict(best["model"])
     summary = {
-        "name": cfg["name"], "run_dir": str(run_dir), "dataset": dataset.summary(),
-        "model": cfg["model"]["name"], "precision": precision,
-        "dense_precision": dense_precision(precision, device), "device": str(device),
+        "name": cfg["name"],
+        "run_dir": str(run_dir),
+        "dataset": dataset.summary(),
+        "model": cfg["model"]["name"],
+        "precision": precision,
+        "dense_precision": dense_precision(precision, device),
+        "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "metric": dataset.metric, "epochs_run": epoch + 1, "best_epoch": best["epoch"],
+        "metric": dataset.metric,
+        "epochs_run": epoch + 1,
+        "best_epoch": best["epoch"],
         **{split: score for split, score in best["scores"].items()},
-        "stopped_early": epoch + 1 < t["epochs"], "resumed_from_epoch": start_epoch if resume is not None else None,
-        "load_s": load_seconds, "graph_s": graph_seconds,
+        "stopped_early": epoch + 1 < t["epochs"],
+        "resumed_from_epoch": start_epoch if resume is not None else None,
+        "load_s": load_seconds,
+        "graph_s": graph_seconds,
         "preprocess_s": (load_seconds or 0.0) + graph_seconds,
         "cuda_graph": cuda_graph,
         **_time_stats(epoch_times, 1 + (WARMUP_CALLS if cuda_graph else 0)),
-        "peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+        "peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20
+        if device.type == "cuda"
+        else None,
         "peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "total_s": time.perf_counter() - started,
-        "torch": torch.__version__, "flashgnn": __version__, "config": cfg,
+        "torch": torch.__version__,
+        "flashgnn": __version__,
+        "config": cfg,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -367,5 +468,8 @@ def _time_stats(epoch_times: list[float], warm: int) -> dict:
     cached tables and compiles kernels; with train.cuda_graph the eager warm-up epochs and the
     capture come before the replays), and the first epoch alone."""
     steady = epoch_times[warm:] or epoch_times
-    return {"epoch_time_s": statistics.fmean(steady), "epoch_time_median_s": statistics.median(steady),
-            "first_epoch_s": epoch_times[0]}
+    return {
+        "epoch_time_s": statistics.fmean(steady),
+        "epoch_time_median_s": statistics.median(steady),
+        "first_epoch_s": epoch_times[0],
+    }

@@ -15,6 +15,7 @@ hand-overs to it and back, which on a host-bound step (a layer on a graph of a f
 thousand edges) cost a third of the step (docs/TUNING.md). A model spread over
 several GPUs of one process would lose the overlap of their backward threads inside the scope.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,18 @@ from torch.overrides import TorchFunctionMode
 from ..precision_context import precision as sparse_precision
 
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_MATMULS = {torch.matmul, torch.mm, torch.addmm, torch.bmm, torch.baddbmm, F.linear,
-            torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.Tensor.mm}
+_MATMULS = {
+    torch.matmul,
+    torch.mm,
+    torch.addmm,
+    torch.bmm,
+    torch.baddbmm,
+    F.linear,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.Tensor.__rmatmul__,
+    torch.Tensor.mm,
+}
 
 
 class RoundedMatmuls(TorchFunctionMode):

@@ -1,5 +1,6 @@
 """The kernel benchmark harness (``flashgnn bench kernels``), run on the CPU on a tiny real
 graph: rows, formulas, --check, and that a failing or wrong kernel is recorded, not hidden."""
+
 import csv
 import json
 
@@ -19,9 +20,29 @@ GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
 def _run(tmp_path, data_dir, *extra):
     out = tmp_path / "rows.csv"
     md = tmp_path / "rows.md"
-    code = main(["bench", "kernels", "--device", "cpu", "--graphs", GRAPH, "--data", str(data_dir),
-                 "--sizes", "8", "--warmup", "0", "--iters", "1", "--csv", str(out), "--markdown", str(md),
-                 *extra])
+    code = main(
+        [
+            "bench",
+            "kernels",
+            "--device",
+            "cpu",
+            "--graphs",
+            GRAPH,
+            "--data",
+            str(data_dir),
+            "--sizes",
+            "8",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--csv",
+            str(out),
+            "--markdown",
+            str(md),
+            *extra,
+        ]
+    )
     with open(out) as f:
         rows = list(csv.DictReader(f))
     return code, rows, md.read_text()
@@ -37,9 +58,18 @@ def test_rows_formulas_and_check(tmp_path, data_dir):
     assert code == 0
     nnz = 558
     assert {(r["op"], r["impl"]) for r in rows if r["graph"] == GRAPH} == {
-        ("build", "k8"), ("build", "k4"),
-        ("spmm", "torch.sparse.mm fp32"), ("spmm", "fp16"), ("spmm", "bf16"), ("spmm", "tf32"), ("spmm", "fp32"),
-        ("sddmm", "sampled_addmm fp32"), ("sddmm", "fp16"), ("sddmm", "bf16"), ("sddmm", "tf32"), ("sddmm", "fp32"),
+        ("build", "k8"),
+        ("build", "k4"),
+        ("spmm", "torch.sparse.mm fp32"),
+        ("spmm", "fp16"),
+        ("spmm", "bf16"),
+        ("spmm", "tf32"),
+        ("spmm", "fp32"),
+        ("sddmm", "sampled_addmm fp32"),
+        ("sddmm", "fp16"),
+        ("sddmm", "bf16"),
+        ("sddmm", "tf32"),
+        ("sddmm", "fp32"),
     }
     for r in rows:
         assert r["error"] == ""
@@ -114,7 +144,9 @@ def test_wrong_results_are_flagged(tmp_path, data_dir, monkeypatch):
 def test_back_to_back_timer_times_runs_of_calls(tmp_path, data_dir):
     """--timer back-to-back: the same rows and checks, timed per call over runs of calls; the
     format builds keep the cold timer; the environment names the timer."""
-    code, rows, md = _run(tmp_path, data_dir, "--check", "--timer", "back-to-back", "--ops", "sddmm")
+    code, rows, md = _run(
+        tmp_path, data_dir, "--check", "--timer", "back-to-back", "--ops", "sddmm"
+    )
     assert code == 0
     for r in rows:
         assert r["error"] == "" and (r["graph"] != GRAPH or float(r["ms"]) > 0)
@@ -147,7 +179,10 @@ def test_bad_options_are_clear(data_dir, capsys):
     assert main(["bench", "kernels", "--device", "cpu", "--sizes", "0"]) == 2
     with pytest.raises(SystemExit):
         main(["bench", "kernels", "--device", "cpu", "--timer", "warm"])
-    assert main(["bench", "kernels", "--device", "cpu", "--graphs", "nope", "--data", str(data_dir)]) == 2
+    assert (
+        main(["bench", "kernels", "--device", "cpu", "--graphs", "nope", "--data", str(data_dir)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--ops" in err and "--sizes" in err and "unknown graph 'nope'" in err
 
@@ -158,6 +193,8 @@ def test_generated_graph_is_cached(tmp_path):
     assert first.num_nodes == 2449 and first.nnz == 60000
     (cached,) = tmp_path.glob("*.npz")
     again = load_graph("powerlaw_products", None, scale_divisor=1000, cache_dir=tmp_path)
-    assert np.array_equal(first.indptr, again.indptr) and np.array_equal(first.indices, again.indices)
+    assert np.array_equal(first.indptr, again.indptr) and np.array_equal(
+        first.indices, again.indices
+    )
     with np.load(cached) as d:
         assert np.array_equal(d["indices"], first.indices)

@@ -1,6 +1,7 @@
 """The layer and training benchmark harnesses (``flashgnn bench layers`` / ``training``), run
 on the CPU on tiny graphs: rows, speedups against PyG, output checks, the PyG twins' maths,
 and that a failing row or a missing PyG is reported, not hidden."""
+
 import csv
 import time
 
@@ -33,8 +34,27 @@ def _step_ms(row):
 
 def _layers(tmp_path, data_dir, *extra):
     out = tmp_path / "layers.csv"
-    code = main(["bench", "layers", "--device", "cpu", "--graphs", GRAPH, "--data", str(data_dir),
-                 "--warmup", "0", "--iters", "1", "--csv", str(out), "--markdown", str(tmp_path / "layers.md"), *extra])
+    code = main(
+        [
+            "bench",
+            "layers",
+            "--device",
+            "cpu",
+            "--graphs",
+            GRAPH,
+            "--data",
+            str(data_dir),
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--csv",
+            str(out),
+            "--markdown",
+            str(tmp_path / "layers.md"),
+            *extra,
+        ]
+    )
     return code, _rows(out)
 
 
@@ -47,7 +67,9 @@ def test_layer_rows_speedups_and_errors_against_pyg(tmp_path, data_dir, capsys):
     assert {(r["model"], r["impl"], r["precision"]) for r in rows} == expected
     for model in ("GCNConv", "AGNNConv"):
         mine = [r for r in rows if r["model"] == model]
-        base = min(_step_ms(r) for r in mine if r["impl"].startswith("PyG") and r["precision"] == "fp32")
+        base = min(
+            _step_ms(r) for r in mine if r["impl"].startswith("PyG") and r["precision"] == "fp32"
+        )
         for r in mine:
             assert r["error"] == "" and r["graph"] == GRAPH
             assert float(r["speedup"]) == pytest.approx(base / _step_ms(r))
@@ -64,7 +86,9 @@ def test_gat_rows_against_pyg(tmp_path, data_dir):
     code, rows = _layers(tmp_path, data_dir, "--models", "GATConv")
     assert code == 0
     assert {(r["model"], r["impl"], r["precision"]) for r in rows} == (
-        {("GATConv", "PyG edge_index", p) for p in ("fp32", "fp16")} | {("GATConv", "flashgnn", p) for p in ERROR_BOUND})
+        {("GATConv", "PyG edge_index", p) for p in ("fp32", "fp16")}
+        | {("GATConv", "flashgnn", p) for p in ERROR_BOUND}
+    )
     for r in rows:
         assert r["error"] == ""
         if r["impl"] == "flashgnn":
@@ -73,17 +97,21 @@ def test_gat_rows_against_pyg(tmp_path, data_dir):
 
 def test_graph_speedups_take_the_fastest_pyg_time_of_either_mode():
     row = layer_bench.ModelRow
-    rows = [row("g", "GCNConv", "PyG adj_t", "fp32", ms=2.0, graph_ms=None),
-            row("g", "GCNConv", "PyG edge_index", "fp32", ms=3.0, graph_ms=2.5),
-            row("g", "GCNConv", "PyG edge_index", "fp16", ms=1.0, graph_ms=0.5),
-            row("g", "GCNConv", "flashgnn", "fp16", ms=1.0, graph_ms=0.25)]
+    rows = [
+        row("g", "GCNConv", "PyG adj_t", "fp32", ms=2.0, graph_ms=None),
+        row("g", "GCNConv", "PyG edge_index", "fp32", ms=3.0, graph_ms=2.5),
+        row("g", "GCNConv", "PyG edge_index", "fp16", ms=1.0, graph_ms=0.5),
+        row("g", "GCNConv", "flashgnn", "fp16", ms=1.0, graph_ms=0.25),
+    ]
     layer_bench.set_speedups(rows)
     ours = rows[-1]
     assert (ours.speedup, ours.speedup_fp16, ours.graph_speedup) == (2.0, 1.0, 8.0)
     assert rows[1].graph_speedup == 0.8
     lines = layer_bench.bar_lines(rows)
     assert "bar g GCNConv flashgnn fp16 >= 2x the fastest PyG fp32: 2.00x met" in lines
-    assert "bar g GCNConv flashgnn fp16 (CUDA graphs) >= 2x the fastest PyG fp32: 8.00x met" in lines
+    assert (
+        "bar g GCNConv flashgnn fp16 (CUDA graphs) >= 2x the fastest PyG fp32: 8.00x met" in lines
+    )
     assert "bar g GCNConv flashgnn fp32 >= 1x the fastest PyG fp32: not measured" in lines
 
 
@@ -91,13 +119,18 @@ def test_speedups_compare_step_times_the_larger_of_event_and_wall_time():
     """A host-bound row (wall time above its event time) is charged its wall time, a GPU-bound
     one its event time, on PyG's side as on ours."""
     row = layer_bench.ModelRow
-    rows = [row("g", "AGNNConv", "PyG edge_index", "fp32", ms=3.0, wall_ms=2.5),
-            row("g", "AGNNConv", "flashgnn", "fp16", ms=0.6, wall_ms=1.2),
-            row("g", "AGNNConv", "flashgnn", "fp32", ms=1.5, wall_ms=None)]
+    rows = [
+        row("g", "AGNNConv", "PyG edge_index", "fp32", ms=3.0, wall_ms=2.5),
+        row("g", "AGNNConv", "flashgnn", "fp16", ms=0.6, wall_ms=1.2),
+        row("g", "AGNNConv", "flashgnn", "fp32", ms=1.5, wall_ms=None),
+    ]
     layer_bench.set_speedups(rows)
     assert [layer_bench.step_ms(r) for r in rows] == [3.0, 1.2, 1.5]
     assert (rows[1].speedup, rows[2].speedup) == (2.5, 2.0)
-    assert "bar g AGNNConv flashgnn fp16 >= 3x the fastest PyG fp32: 2.50x NOT met" in layer_bench.bar_lines(rows)
+    assert (
+        "bar g AGNNConv flashgnn fp16 >= 3x the fastest PyG fp32: 2.50x NOT met"
+        in layer_bench.bar_lines(rows)
+    )
 
 
 def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monkeypatch, capsys):
@@ -114,13 +147,18 @@ def test_a_failing_row_is_recorded_and_the_run_goes_on(tmp_path, data_dir, monke
     by = {(r["model"], r["precision"]): r for r in rows}
     assert set(by) == {(m, p) for m in ("GCNConv", "AGNNConv") for p in ("fp32", "tf32")}
     for model in ("GCNConv", "AGNNConv"):
-        assert by[model, "tf32"]["error"] == "RuntimeError: format build failed" and by[model, "tf32"]["ms"] == ""
+        assert (
+            by[model, "tf32"]["error"] == "RuntimeError: format build failed"
+            and by[model, "tf32"]["ms"] == ""
+        )
         assert by[model, "fp32"]["error"] == "" and float(by[model, "fp32"]["ms"]) > 0
     assert "FAILED hetero_texas GCNConv flashgnn tf32" in capsys.readouterr().out
 
 
 def test_missing_pyg_skips_its_rows_with_a_message(tmp_path, data_dir, monkeypatch, capsys):
-    monkeypatch.setattr(layer_bench, "pyg_missing", lambda: "torch_geometric is not usable (x): PyG rows skipped")
+    monkeypatch.setattr(
+        layer_bench, "pyg_missing", lambda: "torch_geometric is not usable (x): PyG rows skipped"
+    )
     code, rows = _layers(tmp_path, data_dir, "--precisions", "fp16")
     assert code == 0
     assert {(r["impl"], r["precision"]) for r in rows} == {("flashgnn", "fp16")}
@@ -132,25 +170,52 @@ def test_missing_pyg_skips_its_rows_with_a_message(tmp_path, data_dir, monkeypat
 
 def test_training_rows(tmp_path):
     out = tmp_path / "training.csv"
-    code = main(["bench", "training", "--device", "cpu", "--num-nodes", "300", "--precisions", "fp32,bf16",
-                 "--warmup", "0", "--iters", "1", "--csv", str(out)])
+    code = main(
+        [
+            "bench",
+            "training",
+            "--device",
+            "cpu",
+            "--num-nodes",
+            "300",
+            "--precisions",
+            "fp32,bf16",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--csv",
+            str(out),
+        ]
+    )
     assert code == 0
     rows = _rows(out)
     assert {(r["model"], r["impl"], r["precision"]) for r in rows} == {
         *((m, "flashgnn", p) for m in ("GCN 2x128", "AGNN 4x32") for p in ("fp32", "bf16")),
-        *(("GCN 2x128", f"PyG {path}", p) for path in ("adj_t", "edge_index") for p in ("fp32", "fp16")),
+        *(
+            ("GCN 2x128", f"PyG {path}", p)
+            for path in ("adj_t", "edge_index")
+            for p in ("fp32", "fp16")
+        ),
         *(("AGNN 4x32", "PyG edge_index", p) for p in ("fp32", "fp16")),
     }
-    assert all(r["error"] == "" and float(r["ms"]) > 0 and r["graph"] == "synthetic 300 nodes" for r in rows)
+    assert all(
+        r["error"] == "" and float(r["ms"]) > 0 and r["graph"] == "synthetic 300 nodes"
+        for r in rows
+    )
 
 
-@pytest.mark.parametrize("name, path", [("gcn", "adj_t"), ("gcn", "edge_index"), ("agnn", "edge_index")])
+@pytest.mark.parametrize(
+    "name, path", [("gcn", "adj_t"), ("gcn", "edge_index"), ("agnn", "edge_index")]
+)
 def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
     """Same weights, same dropout masks (same seed): the flashgnn model and its PyG twin give
     the same loss over three epochs of the benchmark's training step, which must learn."""
     from flashgnn.models import build_model
 
-    data = load_synthetic(num_nodes=300, avg_degree=8, num_classes=4, num_features=16, seed=1, progress=False)
+    data = load_synthetic(
+        num_nodes=300, avg_degree=8, num_classes=4, num_features=16, seed=1, progress=False
+    )
     graph = data.graph.add_self_loops()
     torch.manual_seed(0)
     model = build_model(name, 16, 4, hidden_feats=32, num_layers=2)
@@ -166,22 +231,32 @@ def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
 
 def test_bad_options_are_clear(capsys):
     assert main(["bench", "layers", "--device", "cpu", "--precisions", "fp8"]) == 2
-    assert "--precisions: expected a comma list of fp32, tf32, fp16, bf16, got 'fp8'" in capsys.readouterr().err
+    assert (
+        "--precisions: expected a comma list of fp32, tf32, fp16, bf16, got 'fp8'"
+        in capsys.readouterr().err
+    )
     assert main(["bench", "training", "--device", "cpu", "--models", "GIN"]) == 2
     assert "--models: expected a comma list of GCN, AGNN, got 'GIN'" in capsys.readouterr().err
     assert main(["bench", "layers", "--device", "cpu", "--models", "GIN"]) == 2
-    assert "--models: expected a comma list of GCNConv, AGNNConv, GATConv, got 'GIN'" in capsys.readouterr().err
+    assert (
+        "--models: expected a comma list of GCNConv, AGNNConv, GATConv, got 'GIN'"
+        in capsys.readouterr().err
+    )
 
 
 def test_rounds_time_the_rows_in_turns_and_take_the_median_of_all_calls():
     calls = []
-    durations = {"a": iter([0.04, 0.01, 0.02]), "b": iter([0.03, 0.03, 0.09])}  # long enough for a loaded host
+    durations = {
+        "a": iter([0.04, 0.01, 0.02]),
+        "b": iter([0.03, 0.03, 0.09]),
+    }  # long enough for a loaded host
 
     def prepare(name):
         def step():
             calls.append(name)
             time.sleep(next(durations[name]))
             return torch.tensor([len(calls)])
+
         return lambda: step
 
     def failing():
@@ -189,7 +264,9 @@ def test_rounds_time_the_rows_in_turns_and_take_the_median_of_all_calls():
 
     rows = [layer_bench.ModelRow("g", "GCNConv", impl, "fp32") for impl in ("a", "b", "c")]
     timer = Timer(torch.device("cpu"), warmup=0, iters=1)
-    results = layer_bench.measure_rounds(list(zip(rows, [prepare("a"), prepare("b"), failing])), timer, 3)
+    results = layer_bench.measure_rounds(
+        list(zip(rows, [prepare("a"), prepare("b"), failing])), timer, 3
+    )
     assert calls == ["a", "b"] * 3
     assert [r.item() for r in results[:2]] == [5, 6] and results[2] is None
     assert rows[0].ms == pytest.approx(20.0, abs=9) and rows[1].ms == pytest.approx(30.0, abs=9)
@@ -199,10 +276,14 @@ def test_rounds_time_the_rows_in_turns_and_take_the_median_of_all_calls():
 
 
 def test_rounds_option_gives_the_same_rows(tmp_path, data_dir):
-    code, rows = _layers(tmp_path, data_dir, "--precisions", "fp32,fp16", "--models", "GCNConv", "--rounds", "2")
+    code, rows = _layers(
+        tmp_path, data_dir, "--precisions", "fp32,fp16", "--models", "GCNConv", "--rounds", "2"
+    )
     assert code == 0
     assert {(r["impl"], r["precision"]) for r in rows} == (
-        {(impl, p) for impl in PYG_GCN for p in ("fp32", "fp16")} | {("flashgnn", p) for p in ("fp32", "fp16")})
+        {(impl, p) for impl in PYG_GCN for p in ("fp32", "fp16")}
+        | {("flashgnn", p) for p in ("fp32", "fp16")}
+    )
     for r in rows:
         assert r["error"] == "" and float(r["ms"]) > 0 and float(r["wall_ms"]) > 0
         if r["impl"] == "flashgnn":
@@ -212,12 +293,15 @@ def test_rounds_option_gives_the_same_rows(tmp_path, data_dir):
 def test_eager_rows_where_a_layer_replays_its_kernels():
     rows = layer_bench.implementations(["edge_index"], ["fp32", "fp16"], True, eager=True)
     assert [r for r in rows if r[0].startswith("flashgnn")] == [
-        ("flashgnn", "fp32", None), ("flashgnn", "fp16", None),
-        (layer_bench.EAGER, "fp32", None), (layer_bench.EAGER, "fp16", None)]
+        ("flashgnn", "fp32", None),
+        ("flashgnn", "fp16", None),
+        (layer_bench.EAGER, "fp32", None),
+        (layer_bench.EAGER, "fp16", None),
+    ]
     assert all(r[0] != layer_bench.EAGER for r in layer_bench.implementations([], ["fp32"], False))
+    from flashgnn.graph import Graph
     from flashgnn.models import GCN
     from flashgnn.nn import GCNConv, set_replay
-    from flashgnn.graph import Graph
 
     model = GCN(4, 8, 3, num_layers=2)
     graph = Graph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), 2)

@@ -1,5 +1,6 @@
 """The benchmarks' timers (``flashgnn.benchmarking.timing``): what each one calls and counts, on
 the CPU; the CUDA timers against each other on the GPU."""
+
 from __future__ import annotations
 
 import time
@@ -19,6 +20,7 @@ def counting(seconds: float = 0.0):
         if seconds:
             time.sleep(seconds)
         return len(calls)
+
     return fn, calls
 
 
@@ -65,10 +67,12 @@ def test_cuda_timers_agree_on_a_large_copy(timer):
         return dst.copy_(src)
 
     cold = timing.Timer("cuda", warmup=2, iters=10, head_start=timing.KERNEL_HEAD_START)(copy).ms
-    ms = {"cold": lambda: cold,
-          "back-to-back": lambda: timing.BackToBackTimer("cuda", warmup=2, iters=10)(copy).ms,
-          "profiler": lambda: timing.ProfilerTimer("cuda", warmup=2, iters=5)(copy).ms,
-          "events": lambda: timing.event_median_ms(copy, 2, 10)}[timer]()
+    ms = {
+        "cold": lambda: cold,
+        "back-to-back": lambda: timing.BackToBackTimer("cuda", warmup=2, iters=10)(copy).ms,
+        "profiler": lambda: timing.ProfilerTimer("cuda", warmup=2, iters=5)(copy).ms,
+        "events": lambda: timing.event_median_ms(copy, 2, 10),
+    }[timer]()
     assert cold / 2 < ms < cold * 2
 
 

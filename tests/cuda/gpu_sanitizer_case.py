@@ -1,9 +1,9 @@
 """A small case that runs every op forward and backward in every precision on the GPU, for
 compute-sanitizer (a script, not a pytest module):
 
-    compute-sanitizer --tool memcheck --report-api-errors no python tests/gpu_sanitizer_case.py
-    compute-sanitizer --tool racecheck python tests/gpu_sanitizer_case.py
-    compute-sanitizer --tool initcheck python tests/gpu_sanitizer_case.py
+    compute-sanitizer --tool memcheck --report-api-errors no python tests/cuda/gpu_sanitizer_case.py
+    compute-sanitizer --tool racecheck python tests/cuda/gpu_sanitizer_case.py
+    compute-sanitizer --tool initcheck python tests/cuda/gpu_sanitizer_case.py
 
 The 16x1 baseline runs its forward ops too. The matrix (61 x 900) has a hub row of ~700
 nonzeros, so split windows run too: summed in the SpMM kernel, by the reduction launch, and
@@ -13,6 +13,7 @@ SDDMM on both paths; SpMM and SDDMM run with their segments in both orders (long
 and by column as on long-row graphs); graph convolution's fp16 backward (the column-sums kernel);
 graph convolution and AGNN replayed from CUDA graphs.
 """
+
 import os
 import sys
 
@@ -20,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from flashgnn import MEBCRS, ops  # noqa: E402
 from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
@@ -41,15 +42,26 @@ def main() -> None:
         values = rng.standard_normal(a.nnz).astype(np.float32)
         fmt = MEBCRS.from_csr(a.indptr, a.indices, values, n_cols=900, k=k, device="cuda")
         for precision in precisions:
-            # segments longest first, then by column (the long-row order, forced on this small matrix)
+            # segments longest first, then by column (the long-row order, forced on this small
+            # matrix)
             for thresholds in (defaults, (0, 0)):
                 segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = thresholds
-                for n in (7, 8, 16, 64, 160):  # 1, 1, 1, 2 and 4 warps per staged SpMM segment; K <= 16 short chunks
+                for n in (
+                    7,
+                    8,
+                    16,
+                    64,
+                    160,
+                ):  # 1, 1, 1, 2 and 4 warps per staged SpMM segment; K <= 16 short chunks
                     x = torch.randn(900, n, device="cuda", requires_grad=True)
                     v = fmt.values.clone().requires_grad_()
                     ops.spmm(fmt, x, precision, values=v).sum().backward()
-                    s = ops.sddmm(fmt, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"),
-                                  precision)
+                    s = ops.sddmm(
+                        fmt,
+                        torch.randn(61, n, device="cuda"),
+                        torch.randn(900, n, device="cuda"),
+                        precision,
+                    )
                     ops.edge_softmax(fmt, s.requires_grad_()).pow(2).sum().backward()
             segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS = defaults
             if precision == "fp32":
@@ -57,24 +69,66 @@ def main() -> None:
                 for variant in VARIANTS:
                     for n, p in ((7, "fp32"), (64, "fp32"), (160, "tf32")):
                         x = torch.randn(900, n, device="cuda")
-                        spmm_fp32(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, seg_vectors=64,
-                                  variant=variant, precision=p)
+                        spmm_fp32(
+                            fmt.row_ptr,
+                            fmt.col_idx,
+                            fmt.vec_mask,
+                            fmt.values,
+                            x,
+                            61,
+                            k,
+                            seg_vectors=64,
+                            variant=variant,
+                            precision=p,
+                        )
                 # every layout of the rows SDDMM, fp32 and tf32; the lane-per-vector SDDMM (K = 32,
                 # x not 16-byte aligned), walking set bits or stepping rows
                 for n in (16, 32, 64, 128, 256):
                     for p in ("fp32", "tf32"):
-                        sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, torch.randn(61, n, device="cuda"),
-                                         torch.randn(900, n, device="cuda"), k, p)
+                        sddmm_cuda_cores(
+                            fmt.row_ptr,
+                            fmt.col_idx,
+                            fmt.vec_mask,
+                            torch.randn(61, n, device="cuda"),
+                            torch.randn(900, n, device="cuda"),
+                            k,
+                            p,
+                        )
                 for walk in (True, False):
-                    sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask,
-                                     torch.randn(61 * 32 + 1, device="cuda")[1:].view(61, 32),
-                                     torch.randn(900, 32, device="cuda"), k, walk=walk)
+                    sddmm_cuda_cores(
+                        fmt.row_ptr,
+                        fmt.col_idx,
+                        fmt.vec_mask,
+                        torch.randn(61 * 32 + 1, device="cuda")[1:].view(61, 32),
+                        torch.randn(900, 32, device="cuda"),
+                        k,
+                        walk=walk,
+                    )
                 continue
-            for n, features, fuse, ways in [(64, 4, 0, 1), (64, 8, 2, 2), (160, 8, 64, 1), (32, 4, 64, 4),
-                                            (16, 2, 64, 2), (7, 2, 0, 1)]:
+            for n, features, fuse, ways in [
+                (64, 4, 0, 1),
+                (64, 8, 2, 2),
+                (160, 8, 64, 1),
+                (32, 4, 64, 4),
+                (16, 2, 64, 2),
+                (7, 2, 0, 1),
+            ]:
                 x = torch.randn(900, n, device="cuda")
-                spmm_tensor_core(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, 61, k, precision,
-                                 torch.float32, seg_vectors=64, fuse_max_parts=fuse, features=features, ways=ways)
+                spmm_tensor_core(
+                    fmt.row_ptr,
+                    fmt.col_idx,
+                    fmt.vec_mask,
+                    fmt.values,
+                    x,
+                    61,
+                    k,
+                    precision,
+                    torch.float32,
+                    seg_vectors=64,
+                    fuse_max_parts=fuse,
+                    features=features,
+                    ways=ways,
+                )
     # AGNN (row normalisation, scaled softmax) and GAT: square, with a hub row split over segments
     rows = np.concatenate([rng.integers(0, 300, 1000), np.full(1000, 3)])
     sq = sp.csr_matrix((np.ones(2000), (rows, rng.integers(0, 300, 2000))), shape=(300, 300))
@@ -89,9 +143,12 @@ def main() -> None:
         # GAT (scores formed in the softmax kernels): P^T moved (attention dropout) or computed
         terms = torch.randn(300, 2, device="cuda", requires_grad=True)
         for drop in (0.3, 0.0):
-            ops.gat_attention(adj, x, terms[:, :1], terms[:, 1:], 0.2, drop, precision).sum().backward()
+            ops.gat_attention(
+                adj, x, terms[:, :1], terms[:, 1:], 0.2, drop, precision
+            ).sum().backward()
     # graph convolution under autocast: the fp32 bias added by cuBLAS; its gradient and the 16-bit
-    # output gradient from the column-sums kernel (several blocks; idle column lanes, two column groups)
+    # output gradient from the column-sums kernel (several blocks; idle column lanes, two column
+    # groups)
     adj = MEBCRS.from_csr(sq.indptr, sq.indices, n_cols=300, device="cuda")
     for f_in, f_out in ((33, 40), (20, 300)):
         shapes = ((300, f_in), (f_in, f_out), (f_out,))
@@ -101,7 +158,10 @@ def main() -> None:
         out.sum().backward()
     # both layers' ops replayed from CUDA graphs (ops.replay): eager, captured, then replayed
     gcn_replay, agnn_replay = NodeReplay(True), NodeReplay(True)
-    leaves = [torch.randn(*shape, device="cuda", requires_grad=True) for shape in ((300, 33), (33, 40), (40,))]
+    leaves = [
+        torch.randn(*shape, device="cuda", requires_grad=True)
+        for shape in ((300, 33), (33, 40), (40,))
+    ]
     x = torch.randn(300, 33, device="cuda", requires_grad=True)
     beta = torch.tensor([0.8], device="cuda", requires_grad=True)
     for _ in range(4):
@@ -118,7 +178,9 @@ def main() -> None:
     fmt16 = MEBCRS.from_csr(a.indptr, a.indices, n_cols=900, device="cuda", vector=16)
     for n in (7, 64):
         ops.spmm(fmt16, torch.randn(900, n, device="cuda"), "fp16")
-        ops.sddmm(fmt16, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), "fp16")
+        ops.sddmm(
+            fmt16, torch.randn(61, n, device="cuda"), torch.randn(900, n, device="cuda"), "fp16"
+        )
     torch.cuda.synchronize()
     print("sanitizer case done")
 

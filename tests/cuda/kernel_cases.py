@@ -1,5 +1,6 @@
 """Random sparse matrices with the shapes GPU kernels get wrong, shared by the GPU tests of
 the builder, the edge softmax and the fp32 SpMM."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def hub_matrix(rng: np.random.Generator) -> sp.csr_matrix:
     for window, n_vectors in zip(range(75, 79), (4, 5, 8, 9)):
         rows.append(8 * window + rng.integers(0, 8, n_vectors))
         cols.append(rng.choice(n_cols, n_vectors, replace=False))
-    return csr_from_coo(np.concatenate(rows), np.concatenate(cols), (n_rows, n_cols), rng,
-                        dtype=np.float32)
+    return csr_from_coo(
+        np.concatenate(rows), np.concatenate(cols), (n_rows, n_cols), rng, dtype=np.float32
+    )
 
 
 CASES = {

@@ -1,6 +1,7 @@
 """The GPU ME-BCRS builder (kernels/mebcrs_build.cu) against the CPU reference builder: every
 array identical, on random matrices, on every graph of ../shared/datasets and on DLMC
 weight matrices, for both block widths."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,8 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn.format import MEBCRS
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, graph_names, load_dlmc, random_values
-from tests.kernel_cases import CASES
 
 pytestmark = GPU
 
@@ -26,13 +27,17 @@ def assert_identical(got: MEBCRS, ref: MEBCRS) -> None:
         assert torch.equal(g.cpu(), r), f"{name} differs from the CPU reference"
 
 
-def build_both(a: sp.csr_matrix, k: int, values: torch.Tensor | None = None) -> tuple[MEBCRS, MEBCRS]:
+def build_both(
+    a: sp.csr_matrix, k: int, values: torch.Tensor | None = None
+) -> tuple[MEBCRS, MEBCRS]:
     """(GPU build from GPU tensors, CPU reference build) of ``a``."""
     indptr = torch.from_numpy(a.indptr.astype(np.int64))
     indices = torch.from_numpy(a.indices.astype(np.int64))
     values = torch.from_numpy(a.data) if values is None else values
     ref = MEBCRS.from_csr(indptr, indices, values, n_cols=a.shape[1], k=k)
-    got = MEBCRS.from_csr(indptr.cuda(), indices.cuda(), values.cuda(), n_cols=a.shape[1], k=k, device="cuda")
+    got = MEBCRS.from_csr(
+        indptr.cuda(), indices.cuda(), values.cuda(), n_cols=a.shape[1], k=k, device="cuda"
+    )
     return got, ref
 
 

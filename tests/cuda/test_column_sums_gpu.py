@@ -1,6 +1,7 @@
 """A matrix's 16-bit copy and column sums in one pass (kernels/column_sums.cu), against torch's
 conversion (bit for bit) and float64 sums; the same bits on every call (the last block's
 counter is left at zero for the next)."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,4 +57,6 @@ def test_the_copy_written_into_a_given_tensor():
     with pytest.raises(ValueError, match="out must be a contiguous"):
         cast_and_sum_columns_cuda(x, torch.float16, out)
     with pytest.raises(ValueError, match="out must be a contiguous"):
-        cast_and_sum_columns_cuda(x, torch.bfloat16, torch.empty(40, 3000, dtype=torch.bfloat16, device="cuda").t())
+        cast_and_sum_columns_cuda(
+            x, torch.bfloat16, torch.empty(40, 3000, dtype=torch.bfloat16, device="cuda").t()
+        )

@@ -1,6 +1,7 @@
 """Run-time CUDA on a machine without a GPU: ``python -m flashgnn.cuda --check`` compiles every
 registered kernel with NVRTC, the cubin cache (hits, keys, two processes at once) and the
 errors a user meets with no GPU or a wrong architecture."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,14 @@ TINY = KernelSource("tiny.cu", ("scale<float>", "scale<double>"))
 
 def run_cli(cache_dir, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, FLASHGNN_CACHE_DIR=str(cache_dir))
-    return subprocess.run([sys.executable, "-m", "flashgnn.cuda", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flashgnn.cuda", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def cubins(cache_dir) -> list:
@@ -91,9 +98,15 @@ def test_check_compiles_every_registered_kernel(tmp_path):
     for arch in ARCHS:
         for src in SOURCES.values():
             for name in src.name_expressions:
-                line = re.search(rf"^{arch}\s+{re.escape(src.file)}\s+{re.escape(name)}"
-                                 r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$", result.stdout, re.MULTILINE)
-                assert line, f"no resource line for {name} of {src.file} on {arch}:\n{result.stdout}"
+                line = re.search(
+                    rf"^{arch}\s+{re.escape(src.file)}\s+{re.escape(name)}"
+                    r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$",
+                    result.stdout,
+                    re.MULTILINE,
+                )
+                assert line, (
+                    f"no resource line for {name} of {src.file} on {arch}:\n{result.stdout}"
+                )
                 assert int(line.group(1)) > 0, f"{name} on {arch}: {line.group(1)} registers"
     assert "all kernels compiled" in result.stdout
     # it compiled for real: one ELF cubin per source and architecture
@@ -103,7 +116,8 @@ def test_check_compiles_every_registered_kernel(tmp_path):
 
 
 def run_check_in_process(capsys, *args: str) -> tuple[int, str, str]:
-    """``python -m flashgnn.cuda`` without starting an interpreter: (exit status, stdout, stderr)."""
+    """``python -m flashgnn.cuda`` without starting an interpreter: (exit status, stdout,
+    stderr)."""
     try:
         status = check_main(list(args))
     except SystemExit as e:  # argparse errors
@@ -153,7 +167,9 @@ def test_second_compile_is_a_cache_hit(cache_dir, tiny_kernels, nvrtc_runs):
     assert len(nvrtc_runs) == 2
 
 
-def test_cache_key_covers_source_header_arch_and_instantiations(cache_dir, tiny_kernels, nvrtc_runs):
+def test_cache_key_covers_source_header_arch_and_instantiations(
+    cache_dir, tiny_kernels, nvrtc_runs
+):
     def compile_and_count(src=TINY, arch="sm_80") -> int:
         compiler.compile_source(src, arch)
         return len(cubins(cache_dir))
@@ -196,9 +212,17 @@ def test_two_processes_compile_into_one_cache(tmp_path, tiny_kernels, nvrtc_runs
     env = dict(os.environ, FLASHGNN_CACHE_DIR=str(cache))
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_COMPILE, str(tiny_kernels), str(barrier), str(i)],
-                              cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_COMPILE, str(tiny_kernels), str(barrier), str(i)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -212,7 +236,9 @@ def test_two_processes_compile_into_one_cache(tmp_path, tiny_kernels, nvrtc_runs
 
 
 # ---------------------------------------------------------------------------- no GPU
-no_gpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the errors of a machine without a GPU")
+no_gpu_only = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the errors of a machine without a GPU"
+)
 
 
 @no_gpu_only
@@ -243,7 +269,11 @@ def test_building_on_cuda_without_gpu_is_a_clear_error():
 def test_stride_blocks_gives_a_thread_per_item_up_to_the_block_cap():
     from flashgnn._cuda.runtime import MAX_GRID_BLOCKS, stride_blocks
 
-    assert stride_blocks(1, 256) == (1,) and stride_blocks(256, 256) == (1,) and stride_blocks(257, 256) == (2,)
+    assert (
+        stride_blocks(1, 256) == (1,)
+        and stride_blocks(256, 256) == (1,)
+        and stride_blocks(257, 256) == (2,)
+    )
     assert stride_blocks(1000, 128) == (8,)
     assert stride_blocks(MAX_GRID_BLOCKS * 256 * 3, 256) == (MAX_GRID_BLOCKS,)
 
@@ -258,8 +288,10 @@ def test_every_kernel_waits_for_the_previous_one():
 
 def test_dependent_launch_needs_every_kernel_of_a_file_to_wait():
     waits = "__global__ void a(int* x) {\n    wait_for_previous_kernel();\n    *x = 1;\n}\n"
-    namespaced = ("template <int N>\n"
-                  "__global__ void __launch_bounds__(128) b(int* x) { fg::wait_for_previous_kernel(); }\n")
+    namespaced = (
+        "template <int N>\n"
+        "__global__ void __launch_bounds__(128) b(int* x) { fg::wait_for_previous_kernel(); }\n"
+    )
     touches_first = "__global__ void c(int* x) {\n    *x = 1;\n    wait_for_previous_kernel();\n}\n"
     assert sources.kernels_wait_first(waits) and sources.kernels_wait_first(waits + namespaced)
     assert not sources.kernels_wait_first(waits + touches_first)
@@ -282,7 +314,9 @@ def test_spmm_preamble_needs_a_dependent_launch_read_segments_and_unchanged_valu
     assert launcher.preamble_for(seg, values, True) == launcher.PATTERN
     launcher._VALUES_READ.set(values, True)
     assert launcher.preamble_for(seg, values, True) == launcher.PATTERN_AND_VALUES
-    assert launcher.preamble_for(seg, None, True) == launcher.PATTERN  # GAT: attention computed, not read
+    assert (
+        launcher.preamble_for(seg, None, True) == launcher.PATTERN
+    )  # GAT: attention computed, not read
     values.mul_(2.0)
     assert launcher.preamble_for(seg, values, True) == launcher.PATTERN
 
@@ -293,7 +327,7 @@ def test_sddmm_takes_its_one_chunk_kernel_exactly_when_k_is_one_whole_chunk():
     from flashgnn._cuda import sddmm as launcher
 
     def choice(k, precision, dtype=torch.float16, misaligned=False):
-        x = torch.zeros(8 * k + 1, dtype=dtype)[int(misaligned):][:8 * k].view(8, k)
+        x = torch.zeros(8 * k + 1, dtype=dtype)[int(misaligned) :][: 8 * k].view(8, k)
         return launcher._tensor_core_kernel(x, x, precision)
 
     assert choice(32, "fp16") == ("0, true, 8", True, True)
@@ -306,4 +340,7 @@ def test_sddmm_takes_its_one_chunk_kernel_exactly_when_k_is_one_whole_chunk():
     assert choice(24, "fp16") == ("0, false, 8", True, False)
     assert choice(32, "fp16", misaligned=True) == ("0, false, 8", False, False)
     names = launcher.SOURCE.name_expressions
-    assert "fg::sddmm_kernel<0, true, 8, true>" in names and "fg::sddmm_kernel<0, false, 8, true>" not in names
+    assert (
+        "fg::sddmm_kernel<0, true, 8, true>" in names
+        and "fg::sddmm_kernel<0, false, 8, true>" not in names
+    )

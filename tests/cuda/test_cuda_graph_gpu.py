@@ -3,6 +3,7 @@ computes what an eager call computes, bit for bit, also after the inputs change 
 Capture fails on any host synchronisation or host-to-device copy, so this also checks that no
 op does one once warmed up; the graph has a hub window of more than 64 segments, so the split
 window paths (in-kernel sums and the spmm_reduce launch) are captured too."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,14 +25,19 @@ N_NODES, HUB_DEGREE = 6000, 5000
 def hub_graph(rng: np.random.Generator) -> Graph:
     src = rng.integers(0, N_NODES, 40_000)
     dst = rng.integers(0, N_NODES, 40_000)
-    src = np.concatenate([src, np.arange(1, HUB_DEGREE + 1)])  # node 0's window: > 64 segments of 64
+    src = np.concatenate(
+        [src, np.arange(1, HUB_DEGREE + 1)]
+    )  # node 0's window: > 64 segments of 64
     dst = np.concatenate([dst, np.zeros(HUB_DEGREE, dtype=np.int64)])
     edges = np.unique(np.stack([src, dst]), axis=1)
     return Graph.from_edge_index(torch.from_numpy(edges), N_NODES).add_self_loops().to("cuda")
 
 
-LAYERS = {"gcn": (lambda: GCNConv(32, 32), 32), "agnn": (lambda: AGNNConv(0.7), 32),
-          "gat": (lambda: GATConv(32, 8, 4, residual=True), 32)}
+LAYERS = {
+    "gcn": (lambda: GCNConv(32, 32), 32),
+    "agnn": (lambda: AGNNConv(0.7), 32),
+    "gat": (lambda: GATConv(32, 8, 4, residual=True), 32),
+}
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

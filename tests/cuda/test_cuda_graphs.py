@@ -4,6 +4,7 @@ capture stream of the caller's stream, the caller's stream restored, random numb
 found, failures raised or warned) and the arbitration with the layers' replay are checked on
 the CPU. The GPU tests (test_cuda_graph_gpu.py, test_cuda_graph_training_gpu.py,
 test_replay.py) run the real thing."""
+
 from __future__ import annotations
 
 import contextlib
@@ -55,10 +56,13 @@ class FakeCuda:
 def cuda(monkeypatch):
     fake = FakeCuda()
     for name, value in {
-        "device": lambda device: contextlib.nullcontext(), "current_device": lambda: 0,
+        "device": lambda device: contextlib.nullcontext(),
+        "current_device": lambda: 0,
         "current_stream": lambda device=None: fake.current,
         "set_stream": lambda stream: setattr(fake, "current", stream),
-        "Stream": FakeStream, "CUDAGraph": FakeGraph, "graph": fake.graph,
+        "Stream": FakeStream,
+        "CUDAGraph": FakeGraph,
+        "graph": fake.graph,
         "is_current_stream_capturing": lambda: fake.capturing,
         "get_rng_state": lambda device=None: torch.get_rng_state(),
         "set_rng_state": lambda state, device=None: torch.set_rng_state(state),

@@ -2,6 +2,7 @@
 ahead of it before touching what it may have written, so a chain of launches that each read
 what the previous ones wrote gives the bits it gives with the host waiting for every launch,
 eagerly and replayed from a CUDA graph."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,14 @@ def averaging_matrix(rng: np.random.Generator) -> MEBCRS:
     counts = np.diff(m.indptr)
     m.data = np.repeat(1.0 / np.maximum(counts, 1), counts)
     values = torch.from_numpy(m.data).float()  # float64 values would take the reference
-    return MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), values, n_cols=3000, k=8,
-                           device="cuda")
+    return MEBCRS.from_csr(
+        torch.from_numpy(m.indptr),
+        torch.from_numpy(m.indices),
+        values,
+        n_cols=3000,
+        k=8,
+        device="cuda",
+    )
 
 
 def chain(a: MEBCRS, x: torch.Tensor, precision: str, wait: bool) -> list[torch.Tensor]:
@@ -64,8 +71,15 @@ def chain(a: MEBCRS, x: torch.Tensor, precision: str, wait: bool) -> list[torch.
     return out
 
 
-@pytest.mark.parametrize("precision,dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16),
-                                             ("tf32", torch.float32), ("fp32", torch.float32)])
+@pytest.mark.parametrize(
+    "precision,dtype",
+    [
+        ("fp16", torch.float16),
+        ("bf16", torch.bfloat16),
+        ("tf32", torch.float32),
+        ("fp32", torch.float32),
+    ],
+)
 def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
     a = averaging_matrix(rng)
     x = torch.randn(3000, 64, device="cuda").to(dtype)
@@ -73,7 +87,9 @@ def test_chained_launches_read_their_predecessors_writes(precision, dtype, rng):
     got = chain(a, x, precision, wait=False)
     assert a.values.dtype == torch.float32 and not torch.isnan(expected[-1]).any()
     for i, (g, e) in enumerate(zip(got, expected)):
-        assert torch.equal(g, e), f"output {i} of the chain differs from the one made after a host wait"
+        assert torch.equal(g, e), (
+            f"output {i} of the chain differs from the one made after a host wait"
+        )
     assert expected[-1].abs().max() > 0.01  # the chain carries values to its end
 
     static = x.clone()
@@ -96,7 +112,9 @@ def test_values_changed_in_place_just_before_a_launch_are_seen(rng):
     values = a.values.clone()
     first = spmm(a, h, "fp16", values=values)
     seg = cuda_spmm.segments_for(a.row_ptr, cuda_spmm.work_split(64, a.n_vectors)[0], a.col_idx)
-    name = cuda_spmm._kernel_name("fp16", 8, torch.float16, cuda_spmm.lane_features(64, a.n_vectors, "fp16"))
+    name = cuda_spmm._kernel_name(
+        "fp16", 8, torch.float16, cuda_spmm.lane_features(64, a.n_vectors, "fp16")
+    )
     dependent = cuda_spmm.launched_dependent(cuda_spmm.SOURCE, name, h.device)
     staged_early = cuda_spmm.PATTERN_AND_VALUES if dependent else cuda_spmm.NO_PREAMBLE
     assert cuda_spmm.preamble_for(seg, values, dependent) == staged_early

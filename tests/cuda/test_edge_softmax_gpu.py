@@ -1,6 +1,7 @@
 """Edge softmax kernels (kernels/edge_softmax.cu) against the float64 reference, through the
 launchers and through the custom op with autograd; GAT's scores computed in the kernels
 against the ops they stand for."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,14 +13,16 @@ from flashgnn.format import MEBCRS
 from flashgnn.ops import edge_softmax, sddmm
 from flashgnn.ops._pattern import transposed_values
 from flashgnn.ops.reference import edge_softmax_backward_reference, edge_softmax_reference
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU
-from tests.kernel_cases import CASES
 
 pytestmark = GPU
 
 
 def gpu_format(a, k: int) -> MEBCRS:
-    return MEBCRS.from_csr(a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=k).to("cuda")
+    return MEBCRS.from_csr(
+        a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=k
+    ).to("cuda")
 
 
 def pattern(f: MEBCRS):
@@ -27,12 +30,15 @@ def pattern(f: MEBCRS):
 
 
 def reference_forward(f: MEBCRS, scores: torch.Tensor) -> torch.Tensor:
-    return edge_softmax_reference(*(t.cpu() for t in pattern(f)), scores.cpu().double(), f.n_rows, f.k)
+    return edge_softmax_reference(
+        *(t.cpu() for t in pattern(f)), scores.cpu().double(), f.n_rows, f.k
+    )
 
 
 def reference_backward(f: MEBCRS, probs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    return edge_softmax_backward_reference(*(t.cpu() for t in pattern(f)), probs.cpu().double(),
-                                           grad.cpu().double(), f.n_rows, f.k)
+    return edge_softmax_backward_reference(
+        *(t.cpu() for t in pattern(f)), probs.cpu().double(), grad.cpu().double(), f.n_rows, f.k
+    )
 
 
 def real_slots(f: MEBCRS) -> torch.Tensor:
@@ -45,13 +51,17 @@ def nan_buffer(f: MEBCRS) -> torch.Tensor:
     return torch.full((8 * f.n_vectors,), float("nan"), device="cuda")
 
 
-def assert_matches(got: torch.Tensor, ref: torch.Tensor, real: torch.Tensor, atol: float = 1e-7) -> None:
+def assert_matches(
+    got: torch.Tensor, ref: torch.Tensor, real: torch.Tensor, atol: float = 1e-7
+) -> None:
     """fp32 result against the float64 reference; padding slots exactly 0. Backward values
     p * (g - dot) can cancel to near 0, hence a larger atol there."""
     got = got.cpu()
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), ref, rtol=2e-5, atol=atol)
-    assert torch.equal(got[~real], torch.zeros(int((~real).sum()))), "a padding slot is not exactly 0"
+    assert torch.equal(got[~real], torch.zeros(int((~real).sum()))), (
+        "a padding slot is not exactly 0"
+    )
 
 
 @pytest.mark.parametrize("k", [8, 4])
@@ -64,7 +74,9 @@ def test_forward_and_backward_match_reference(case, k, rng):
     assert_matches(probs, reference_forward(f, scores), real)
 
     grad = torch.randn(8 * f.n_vectors, device="cuda")
-    d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k, out=nan_buffer(f))
+    d = cuda_softmax.edge_softmax_backward_cuda(
+        f.row_ptr, f.vec_mask, probs, grad, k, out=nan_buffer(f)
+    )
     assert_matches(d, reference_backward(f, probs, grad), real, atol=1e-6)
 
 
@@ -77,7 +89,9 @@ def test_scale_read_on_the_device_equals_scaling_first(case, rng):
     for beta in (0.37, -2.5, 0.0):
         scale = torch.tensor([beta], device="cuda")
         scaled = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scores, 8, scale=scale)
-        assert torch.equal(scaled, cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scale * scores, 8))
+        assert torch.equal(
+            scaled, cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scale * scores, 8)
+        )
     with pytest.raises(ValueError, match="scale must be a float32 tensor"):
         cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scores, 8, scale=scale.double())
 
@@ -91,10 +105,16 @@ def test_hub_window_is_split_and_deterministic(rng):
     assert torch.equal(first, second)
     # every real row sums to 1, the hub row included
     c = f.slot_coords()
-    sums = torch.zeros(f.n_rows, dtype=torch.float64).index_add_(0, c.row.cpu(), first.cpu()[c.slot.cpu()].double())
+    sums = torch.zeros(f.n_rows, dtype=torch.float64).index_add_(
+        0, c.row.cpu(), first.cpu()[c.slot.cpu()].double()
+    )
     has_entries = torch.bincount(c.row.cpu(), minlength=f.n_rows) > 0
-    torch.testing.assert_close(sums[has_entries], torch.ones(int(has_entries.sum()), dtype=torch.float64),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        sums[has_entries],
+        torch.ones(int(has_entries.sum()), dtype=torch.float64),
+        rtol=0,
+        atol=1e-5,
+    )
 
 
 def test_op_runs_the_kernels_with_autograd(rng, monkeypatch):
@@ -102,7 +122,11 @@ def test_op_runs_the_kernels_with_autograd(rng, monkeypatch):
     calls = []
     for name in ("edge_softmax_cuda", "edge_softmax_backward_cuda"):
         original = getattr(cuda_softmax, name)
-        monkeypatch.setattr(cuda_softmax, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
+        monkeypatch.setattr(
+            cuda_softmax,
+            name,
+            lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw),
+        )
     scores = (torch.randn(8 * f.n_vectors, device="cuda") * 3).requires_grad_()
     grad = torch.randn(8 * f.n_vectors, device="cuda")
     probs = edge_softmax(f, scores)
@@ -132,7 +156,7 @@ def test_special_values_follow_the_reference(rng):
     scores = torch.randn(8 * f.n_vectors)
     busy = torch.bincount(rows).argmax()  # a row with several entries
     slots = c.slot.cpu()[rows == busy]
-    scores[slots[0]] = float("-inf")      # an excluded neighbour: probability exactly 0
+    scores[slots[0]] = float("-inf")  # an excluded neighbour: probability exactly 0
     other = rows[rows != busy][0]
     scores[c.slot.cpu()[rows == other][0]] = float("nan")  # poisons its row, as in the reference
     out = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, scores.cuda(), 8).cpu()
@@ -153,15 +177,22 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
     slope = 0.15
     er = torch.randn(f.n_rows, device="cuda")
     el = torch.randn(f.n_cols, device="cuda")
-    scores = sddmm(f, torch.stack([er, torch.ones_like(er)], 1), torch.stack([torch.ones_like(el), el], 1), "fp32")
+    scores = sddmm(
+        f,
+        torch.stack([er, torch.ones_like(er)], 1),
+        torch.stack([torch.ones_like(el), el], 1),
+        "fp32",
+    )
     probs = cuda_softmax.edge_softmax_cuda(f.row_ptr, f.vec_mask, F.leaky_relu(scores, slope), k)
-    got, row_info = cuda_softmax.gat_softmax_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, k,
-                                                   out=nan_buffer(f))
+    got, row_info = cuda_softmax.gat_softmax_cuda(
+        f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, k, out=nan_buffer(f)
+    )
     assert torch.equal(got, probs)
     t = f.transpose()
     moved = transposed_values(probs, t.fmt.col_idx, t.fmt.perm, t.src_slot)
-    computed = cuda_softmax.gat_softmax_transposed_cuda(t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, el, slope,
-                                                        row_info, k)
+    computed = cuda_softmax.gat_softmax_transposed_cuda(
+        t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, el, slope, row_info, k
+    )
     real_t = real_slots(t.fmt).cuda()
     assert torch.equal(computed[real_t], moved[real_t])
     assert not computed[~real_t].any()
@@ -169,15 +200,19 @@ def test_gat_scores_give_the_bits_of_the_ops(case, k, rng):
     grad = torch.randn(8 * f.n_vectors, device="cuda")
     d = cuda_softmax.edge_softmax_backward_cuda(f.row_ptr, f.vec_mask, probs, grad, k)
     want = torch.ops.aten.leaky_relu_backward(d, scores, slope, False)
-    got, row_sums = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info,
-                                                           grad, k, out=nan_buffer(f))
+    got, row_sums = cuda_softmax.gat_softmax_backward_cuda(
+        f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k, out=nan_buffer(f)
+    )
     assert torch.equal(got, want)
     # its sums over each row (the gradient of er), split windows included, in a fixed order
     c = f.slot_coords()
     ref = torch.zeros(8 * (f.row_ptr.numel() - 1), dtype=torch.float64).index_add_(
-        0, c.row.cpu(), want.cpu()[c.slot.cpu()].double())
+        0, c.row.cpu(), want.cpu()[c.slot.cpu()].double()
+    )
     torch.testing.assert_close(row_sums.cpu().double(), ref, rtol=1e-5, atol=1e-5)
-    again = cuda_softmax.gat_softmax_backward_cuda(f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k)
+    again = cuda_softmax.gat_softmax_backward_cuda(
+        f.row_ptr, f.col_idx, f.vec_mask, er, el, slope, row_info, grad, k
+    )
     assert torch.equal(again[1], row_sums)
     assert (scores[real_slots(f).cuda()] <= 0).any() or f.nnz == 0, "no score took the leaky branch"
 

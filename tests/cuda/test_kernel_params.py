@@ -1,6 +1,7 @@
 """The typed kernel interface, on the CPU: every ``__global__`` signature of kernels/*.cu against
 its Python declaration (flashgnn/_cuda/declarations.py), the checker's reports when the two
 differ, and the launch packing that refuses arguments that do not fit the declaration."""
+
 from __future__ import annotations
 
 import ctypes
@@ -52,7 +53,7 @@ def test_every_registered_instantiation_has_its_kernels_declaration():
 def test_the_spmm_signature_is_read_through_its_macro():
     """spmm_tc's first parameters are the SPMM_PARAMS macro of kernels/spmm.cu, expanded."""
     actual = kernel_signatures((kernel_dir() / "spmm.cu").read_text())["spmm_tc"]
-    assert actual[:len(SPMM_PARAMS)] == list(SPMM_PARAMS)
+    assert actual[: len(SPMM_PARAMS)] == list(SPMM_PARAMS)
     assert len(actual) == len(SPMM_PARAMS) + 6 and actual[-1] == ("gat_slope", "float")
 
 
@@ -79,19 +80,23 @@ def test_dropped_retyped_and_unknown_declarations_are_reported():
         "the kernel has split_table: int*",
         f"segments.cu: segment_fill: {last} parameters declared, the kernel has {len(fill)}",
     ]
-    retyped = KernelParams(*[(name, "int" if name == "n_windows" else ctype)
-                             for name, ctype in fill])
+    retyped = KernelParams(
+        *[(name, "int" if name == "n_windows" else ctype) for name, ctype in fill]
+    )
     retyped = declared_with("segments.cu", "segment_fill", retyped)
     assert check_declarations(kernel_dir(), retyped) == [
         "segments.cu: segment_fill: parameter 2 is declared n_windows: int, "
-        "the kernel has n_windows: i64"]
+        "the kernel has n_windows: i64"
+    ]
     extra = declared_with("segments.cu", "segment_gone", fill)
     assert check_declarations(kernel_dir(), extra) == [
-        "segments.cu: segment_gone is declared, but the file has no such kernel"]
+        "segments.cu: segment_gone is declared, but the file has no such kernel"
+    ]
     undeclared = {f: dict(kernels) for f, kernels in DECLARED.items()}
     del undeclared["gcn_norm.cu"]["count_sources"]
     assert check_declarations(kernel_dir(), undeclared) == [
-        "gcn_norm.cu: kernel count_sources has no declaration"]
+        "gcn_norm.cu: kernel count_sources has no declaration"
+    ]
 
 
 def test_signature_reader_sees_templates_restrict_macros_and_launch_bounds():
@@ -106,12 +111,25 @@ def test_signature_reader_sees_templates_restrict_macros_and_launch_bounds():
         __global__ void second(unsigned* __restrict__ done, bool flag) {}
     """
     assert kernel_signatures(text) == {
-        "first": [("idx", "const int*"), ("acc", "float*"), ("x", "const T*"), ("out", "T*"),
-                  ("y", "const T*"), ("n", "i64"), ("slope", "float")],
+        "first": [
+            ("idx", "const int*"),
+            ("acc", "float*"),
+            ("x", "const T*"),
+            ("out", "T*"),
+            ("y", "const T*"),
+            ("n", "i64"),
+            ("slope", "float"),
+        ],
         "second": [("done", "unsigned*"), ("flag", "bool")],
     }
-    assert differences("second", KernelParams(("done", "unsigned*"), ("flag", "bool")),
-                       kernel_signatures(text)["second"]) == []
+    assert (
+        differences(
+            "second",
+            KernelParams(("done", "unsigned*"), ("flag", "bool")),
+            kernel_signatures(text)["second"],
+        )
+        == []
+    )
 
 
 def test_an_instantiation_without_a_declaration_fails_to_register():
@@ -125,17 +143,28 @@ def test_a_file_without_declarations_is_declared_by_its_text(tmp_path, monkeypat
     """A benchmark's own kernels (a file declarations.py does not know) launch by the signature
     the reader sees in their text, header macros expanded."""
     (tmp_path / "extra.cuh").write_text("#define EXTRA_HEAD const int* idx, i64 n\n")
-    (tmp_path / "own.cu").write_text("namespace bench {\ntemplate <int V>\n"
-                                     "__global__ void floor(EXTRA_HEAD, float* out) {}\n}\n")
+    (tmp_path / "own.cu").write_text(
+        "namespace bench {\ntemplate <int V>\n__global__ void floor(EXTRA_HEAD, float* out) {}\n}\n"
+    )
     monkeypatch.setattr(sources, "kernel_dir", lambda: tmp_path)
     own = KernelSource("own.cu", ("bench::floor<32>",))
-    assert own.params["bench::floor<32>"].params == (("idx", "const int*"), ("n", "i64"),
-                                                     ("out", "float*"))
+    assert own.params["bench::floor<32>"].params == (
+        ("idx", "const int*"),
+        ("n", "i64"),
+        ("out", "float*"),
+    )
 
 
 # ---------------------------------------------------------------------------- packing
-EVERY_TYPE = KernelParams(("p", "const float*"), ("i", "int"), ("q", "i64"), ("u", "unsigned"),
-                          ("f", "float"), ("b", "bool"), ("t", "T*"))
+EVERY_TYPE = KernelParams(
+    ("p", "const float*"),
+    ("i", "int"),
+    ("q", "i64"),
+    ("u", "unsigned"),
+    ("f", "float"),
+    ("b", "bool"),
+    ("t", "T*"),
+)
 
 
 def test_each_argument_fills_the_low_bytes_of_its_slot_as_before():
@@ -148,7 +177,7 @@ def test_each_argument_fills_the_low_bytes_of_its_slot_as_before():
     untyped = [struct.pack("<q", a) for a in args[:4]]
     untyped += [struct.pack("<f", 0.2), b"\x01", struct.pack("<q", 0)]
     for i, (size, old) in enumerate(zip(sizes, untyped)):
-        assert packed[8 * i:8 * i + size] == old[:size], EVERY_TYPE.params[i]
+        assert packed[8 * i : 8 * i + size] == old[:size], EVERY_TYPE.params[i]
 
 
 def test_float_arguments_are_packed_as_their_float32_bits():
@@ -179,15 +208,18 @@ def test_launch_packs_into_slots_the_driver_reads_in_order():
     assert launch_packing(EVERY_TYPE, args) == EVERY_TYPE.struct.pack(*args)
 
 
-@pytest.mark.parametrize("args,message", [
-    ((16, 1.5, 7, 3, 0.5, False, 64), r"argument 1 \(i: int\) cannot be 1\.5"),
-    ((16, 1 << 31, 7, 3, 0.5, False, 64), r"argument 1 \(i: int\) cannot be 2147483648"),
-    ((-16, 1, 7, 3, 0.5, False, 64), r"argument 0 \(p: const float\*\) cannot be -16"),
-    ((16, 1, 7, -3, 0.5, False, 64), r"argument 3 \(u: unsigned\) cannot be -3"),
-    ((16, 1, 7, 3, 1e300, False, 64), r"argument 4 \(f: float\) cannot be 1e\+300"),
-    ((16, 1, 7, 3, 0.5, False), r"takes 7 arguments, got 6"),
-    ((16, 1, 7, 3, 0.5, False, 64, 9), r"takes 7 arguments, got 8"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ((16, 1.5, 7, 3, 0.5, False, 64), r"argument 1 \(i: int\) cannot be 1\.5"),
+        ((16, 1 << 31, 7, 3, 0.5, False, 64), r"argument 1 \(i: int\) cannot be 2147483648"),
+        ((-16, 1, 7, 3, 0.5, False, 64), r"argument 0 \(p: const float\*\) cannot be -16"),
+        ((16, 1, 7, -3, 0.5, False, 64), r"argument 3 \(u: unsigned\) cannot be -3"),
+        ((16, 1, 7, 3, 1e300, False, 64), r"argument 4 \(f: float\) cannot be 1e\+300"),
+        ((16, 1, 7, 3, 0.5, False), r"takes 7 arguments, got 6"),
+        ((16, 1, 7, 3, 0.5, False, 64, 9), r"takes 7 arguments, got 8"),
+    ],
+)
 def test_launch_refuses_arguments_that_do_not_fit_the_declaration(args, message):
     with pytest.raises(ValueError, match=message) as error:
         launch_packing(EVERY_TYPE, args)

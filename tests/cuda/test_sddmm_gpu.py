@@ -1,6 +1,7 @@
 """flashgnn.ops.sddmm on CUDA tensors against float64 and against the CPU implementation of
 the same precision: every real nonzero slot right, every padding slot exactly 0, nothing left
 unwritten (the allocator is poisoned with NaN before every call)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,22 @@ import torch
 
 from flashgnn._cuda import sddmm as cuda_sddmm
 from flashgnn.ops import sddmm
-from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, csr_rows, default_k, dense,
-                                 in_both_segment_orders, matrix, mebcrs, real_matrix_names, run_twice_poisoned)
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, rel_err
-from tests.kernel_cases import CASES
+from tests.ops.gpu_op_checks import (
+    BOUND,
+    EMULATION_BOUND,
+    PRECISIONS,
+    SIZES,
+    csr_rows,
+    default_k,
+    dense,
+    in_both_segment_orders,
+    matrix,
+    mebcrs,
+    real_matrix_names,
+    run_twice_poisoned,
+)
 
 pytestmark = GPU
 
@@ -35,8 +48,15 @@ def padding_mask(perm: torch.Tensor, n_slots: int) -> torch.Tensor:
     return mask
 
 
-def check_sddmm(name: str, precision: str, k_dim: int, *, k: int | None = None, dtype=torch.float32,
-                offset: int = 0) -> None:
+def check_sddmm(
+    name: str,
+    precision: str,
+    k_dim: int,
+    *,
+    k: int | None = None,
+    dtype=torch.float32,
+    offset: int = 0,
+) -> None:
     """Run sddmm twice on NaN-poisoned memory; dtype and shape, padding slots exactly 0, real
     slots within the bound of ``precision`` against float64. ``offset`` > 0 makes X and Y start
     that many elements into their buffers (misaligned for vector loads)."""
@@ -45,14 +65,24 @@ def check_sddmm(name: str, precision: str, k_dim: int, *, k: int | None = None, 
     n_rows, n_cols = fmt.shape
     x = dense(n_rows, k_dim, name, "x").to(dtype)
     y = dense(n_cols, k_dim, name, "y").to(dtype)
-    x_dev, y_dev = (torch.cat([t.new_zeros(offset), t.flatten()]).to(DEVICE)[offset:].view(t.shape)
-                    for t in (x, y))
+    x_dev, y_dev = (
+        torch.cat([t.new_zeros(offset), t.flatten()]).to(DEVICE)[offset:].view(t.shape)
+        for t in (x, y)
+    )
     ref = reference(name, x, y)
     padding = padding_mask(fmt.perm, 8 * fmt.n_vectors)
     for out in run_twice_poisoned(lambda: sddmm(fmt, x_dev, y_dev, precision), DEVICE):
-        assert out.device.type == "cuda" and out.dtype == torch.float32 and out.shape == (8 * fmt.n_vectors,)
-        assert not torch.isnan(out).any(), "a value slot was not written (NaN from the poisoned allocator)"
-        assert torch.count_nonzero(out[padding]) == 0, "a slot outside the sparsity pattern is not 0"
+        assert (
+            out.device.type == "cuda"
+            and out.dtype == torch.float32
+            and out.shape == (8 * fmt.n_vectors,)
+        )
+        assert not torch.isnan(out).any(), (
+            "a value slot was not written (NaN from the poisoned allocator)"
+        )
+        assert torch.count_nonzero(out[padding]) == 0, (
+            "a slot outside the sparsity pattern is not 0"
+        )
         assert rel_err(out[fmt.perm], ref) <= BOUND[precision]
 
 
@@ -93,7 +123,9 @@ def test_misaligned_inputs(precision):
     check_sddmm("square_61x61", precision, 64, dtype=torch.float16, offset=3)
 
 
-@pytest.mark.parametrize("precision,k_dim", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128), ("fp32", 128)])
+@pytest.mark.parametrize(
+    "precision,k_dim", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128), ("fp32", 128)]
+)
 @pytest.mark.parametrize("name", real_matrix_names())
 def test_real_matrices(name, precision, k_dim):
     check_sddmm(name, precision, k_dim)
@@ -162,8 +194,12 @@ def test_fp32_lane_per_vector_kernel_walks_set_bits_or_steps_rows_to_the_same_bi
     x, y = dense(fmt.n_rows, k_dim, name, "walk x"), dense(fmt.n_cols, k_dim, name, "walk y")
     x_dev = torch.empty(x.numel() + 1, device=DEVICE)[1:].view_as(x).copy_(x)
     assert not cuda_sddmm._rows_kernel(x_dev, y.to(DEVICE))
-    walked, stepped = (cuda_sddmm.sddmm_cuda_cores(fmt.row_ptr, fmt.col_idx, fmt.vec_mask, x_dev,
-                                                    y.to(DEVICE), 8, walk=walk) for walk in (True, False))
+    walked, stepped = (
+        cuda_sddmm.sddmm_cuda_cores(
+            fmt.row_ptr, fmt.col_idx, fmt.vec_mask, x_dev, y.to(DEVICE), 8, walk=walk
+        )
+        for walk in (True, False)
+    )
     assert torch.equal(walked, stepped)
     assert rel_err(walked[fmt.perm], reference(name, x, y)) <= BOUND["fp32"]
     assert not walked[padding_mask(fmt.perm, walked.numel())].any()

@@ -1,5 +1,6 @@
 """Work segments (flashgnn/_cuda/segments.py, kernels/segments.cu) against a loop over the
 windows, and the SpMM's work split."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,9 @@ from tests.helpers import host_syncs, needs_gpu
 
 
 def cuda_row_ptr(vectors_per_window) -> torch.Tensor:
-    return torch.tensor(np.concatenate([[0], np.cumsum(vectors_per_window)]), dtype=torch.int64, device="cuda")
+    return torch.tensor(
+        np.concatenate([[0], np.cumsum(vectors_per_window)]), dtype=torch.int64, device="cuda"
+    )
 
 
 def expected(vectors_per_window: list[int], seg_vectors: int) -> dict[str, list]:
@@ -81,14 +84,29 @@ def test_segments_of_a_built_format_use_the_totals_read_with_it(rng):
     a = sp.random(3000, 2000, density=0.01, format="csr", random_state=7)
     a[5, :] = 1.0  # a hub row: windows split at every size
     a = sp.csr_matrix(a)
-    fmt = MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices), n_cols=2000, device="cuda")
+    fmt = MEBCRS.from_csr(
+        torch.from_numpy(a.indptr), torch.from_numpy(a.indices), n_cols=2000, device="cuda"
+    )
     for seg_vectors in segments.TOTALS_SIZES:
         built = []
         assert host_syncs(lambda: built.append(segments_for(fmt.row_ptr, seg_vectors))) == 0
         ref = segments_for(fmt.row_ptr.clone(), seg_vectors)
-        for name in ("window", "begin", "first", "count", "part", "split", "split_window", "split_part", "split_count"):
+        for name in (
+            "window",
+            "begin",
+            "first",
+            "count",
+            "part",
+            "split",
+            "split_window",
+            "split_part",
+            "split_count",
+        ):
             assert torch.equal(getattr(built[0], name), getattr(ref, name)), name
-        assert (built[0].n_parts, built[0].most_parts) == (ref.n_parts, ref.most_parts) and ref.most_parts > 1
+        assert (built[0].n_parts, built[0].most_parts) == (
+            ref.n_parts,
+            ref.most_parts,
+        ) and ref.most_parts > 1
 
 
 @needs_gpu
@@ -99,7 +117,9 @@ def test_split_longer_than_keeps_the_long_windows_in_order():
     assert windows.tolist() == [2, 4] and counts.tolist() == [17, 17]
     assert parts.tolist() == [3, 3 + 17]
     assert seg.split_longer_than(0)[0].tolist() == [1, 2, 4, 5]
-    assert seg.split_longer_than(17)[0].numel() == 0  # none as long: known without reading the device
+    assert (
+        seg.split_longer_than(17)[0].numel() == 0
+    )  # none as long: known without reading the device
     assert seg.split_longer_than(16) is seg.split_longer_than(16)
 
 
@@ -109,7 +129,9 @@ def test_counters_start_at_zero_per_chunk_count_and_stream():
     c = seg.counters(4, stream=7)
     assert c.dtype == torch.int32 and c.numel() == seg.n_split * 4 and not c.any()
     assert seg.counters(4, stream=7) is c
-    assert seg.counters(4, stream=8) is not c and seg.counters(2, stream=7).numel() == seg.n_split * 2
+    assert (
+        seg.counters(4, stream=8) is not c and seg.counters(2, stream=7).numel() == seg.n_split * 2
+    )
 
 
 def test_sddmm_segments_are_32_vectors_on_small_graphs_and_64_on_large_ones():
@@ -148,7 +170,10 @@ def test_fp32_spmm_work_split_covers_n_with_the_fewest_lanes():
     assert work_split(33, 10**6, 1) == (None, 32)  # two tiles of 32
     assert work_split(128, 10**4, 4) == (64, 16)
     assert work_split(16, 10**4, 4) == (64, 4)
-    assert work_split(256, 3 * 10**5, 4) == (256, 16) and work_split(128, 3 * 10**5, 4) == (None, 32)
+    assert work_split(256, 3 * 10**5, 4) == (256, 16) and work_split(128, 3 * 10**5, 4) == (
+        None,
+        32,
+    )
     assert work_split(128, 2 * 10**5, 4) == (None, 16)
 
 
@@ -156,7 +181,13 @@ def test_fp32_spmm_variant_by_nonzeros_per_vector_size_and_n():
     """Vectors of several nonzeros sum in registers (DENSE), the threshold rising with N; else
     shared sums above N = 64 (4 gathers in flight at N > 128 on graphs of 50k+ vectors) and
     registers below, but for large graphs of about one nonzero per vector and a large X."""
-    from flashgnn._cuda.spmm_fp32 import DENSE, REGISTERS, SHARED, SHARED_FEWER_IN_FLIGHT, kernel_variant
+    from flashgnn._cuda.spmm_fp32 import (
+        DENSE,
+        REGISTERS,
+        SHARED,
+        SHARED_FEWER_IN_FLIGHT,
+        kernel_variant,
+    )
 
     squirrel = dict(n_vectors=302_560, nnz=396_706, n_cols=5201)  # 1.31 per vector
     chameleon = dict(n_vectors=54_116, nnz=62_742, n_cols=2277)  # 1.16
@@ -164,9 +195,16 @@ def test_fp32_spmm_variant_by_nonzeros_per_vector_size_and_n():
     government = dict(n_vectors=172_474, nnz=178_858, n_cols=7057)  # 1.04, X of few rows
     tiny = dict(n_vectors=466, nnz=554, n_cols=183)  # 1.19
     assert [kernel_variant(n, **squirrel) for n in (32, 128, 256)] == [DENSE] * 3
-    assert [kernel_variant(n, **chameleon) for n in (32, 128, 256)] == [REGISTERS, DENSE, SHARED_FEWER_IN_FLIGHT]
-    assert [kernel_variant(n, **github) for n in (32, 128, 256)] == [SHARED_FEWER_IN_FLIGHT, SHARED,
-                                                                     SHARED_FEWER_IN_FLIGHT]
+    assert [kernel_variant(n, **chameleon) for n in (32, 128, 256)] == [
+        REGISTERS,
+        DENSE,
+        SHARED_FEWER_IN_FLIGHT,
+    ]
+    assert [kernel_variant(n, **github) for n in (32, 128, 256)] == [
+        SHARED_FEWER_IN_FLIGHT,
+        SHARED,
+        SHARED_FEWER_IN_FLIGHT,
+    ]
     assert kernel_variant(32, **government) == REGISTERS
     assert kernel_variant(128, 2**20, 2**20, 2**20) == SHARED_FEWER_IN_FLIGHT
     assert [kernel_variant(n, **tiny) for n in (32, 128, 256)] == [REGISTERS, SHARED, SHARED]
@@ -203,12 +241,16 @@ def test_tf32_sddmm_on_cuda_cores_on_large_short_window_graphs():
         x = torch.zeros(8 * k_dim + offset, dtype=dtype)[offset:].view(8, k_dim)
         return tf32_on_cuda_cores(x, x, n_vectors, n_windows)
 
-    assert on_cores(4, 2**20, 2**14) and on_cores(128, 2**20, 2**14) and on_cores(256, 2**20, 2**14)  # 64 a window
+    assert (
+        on_cores(4, 2**20, 2**14) and on_cores(128, 2**20, 2**14) and on_cores(256, 2**20, 2**14)
+    )  # 64 a window
     assert not on_cores(128, 2**20 - 1, 2**14) and not on_cores(256, 1000, 100)
     assert not on_cores(128, 2**20, 2**10)  # 1024 a window: column-ordered segments
     assert not on_cores(256 + 4, 2**20, 2**14)  # beyond the rows kernel
     assert not on_cores(32, 2**20, 2**14, dtype=torch.float16)
-    assert not on_cores(34, 2**20, 2**14) and not on_cores(32, 2**20, 2**14, offset=1)  # 16-byte loads
+    assert not on_cores(34, 2**20, 2**14) and not on_cores(
+        32, 2**20, 2**14, offset=1
+    )  # 16-byte loads
 
 
 def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
@@ -217,8 +259,18 @@ def test_spmm_rejects_a_run_count_its_blocks_cannot_hold():
 
     a = MEBCRS.from_csr(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), n_cols=2)
     with pytest.raises(ValueError, match="ways must be 1, 2 or 4"):
-        spmm_tensor_core(a.row_ptr, a.col_idx, a.vec_mask, a.values, torch.ones(2, 8), 2, a.k, "fp16",
-                         torch.float16, ways=3)
+        spmm_tensor_core(
+            a.row_ptr,
+            a.col_idx,
+            a.vec_mask,
+            a.values,
+            torch.ones(2, 8),
+            2,
+            a.k,
+            "fp16",
+            torch.float16,
+            ways=3,
+        )
 
 
 @needs_gpu
@@ -228,16 +280,27 @@ def test_column_order_sorts_by_first_column_and_keeps_the_segments(monkeypatch):
     rng = np.random.default_rng(3)
     vectors = [300, 0, 70, 513, 129]
     row_ptr = cuda_row_ptr(vectors)
-    col_idx = torch.from_numpy(np.concatenate([np.sort(rng.choice(1000, nv, replace=False)) for nv in vectors])
-                               ).to(torch.int32).cuda()
+    col_idx = (
+        torch.from_numpy(
+            np.concatenate([np.sort(rng.choice(1000, nv, replace=False)) for nv in vectors])
+        )
+        .to(torch.int32)
+        .cuda()
+    )
     monkeypatch.setattr(segments, "COLUMN_ORDER_MIN_VECTORS", 1)
     monkeypatch.setattr(segments, "COLUMN_ORDER_WINDOW_VECTORS", sum(vectors) // len(vectors))
     by_length = segments_for(row_ptr, 64)
     by_column = segments_for(row_ptr, 64, col_idx)
-    assert segments_for(row_ptr, 64) is by_length and segments_for(row_ptr, 64, col_idx) is by_column
+    assert (
+        segments_for(row_ptr, 64) is by_length and segments_for(row_ptr, 64, col_idx) is by_column
+    )
     key = [(int(col_idx[f]), int(w)) for f, w in zip(by_column.first, by_column.window)]
     assert key == sorted(key)
-    rows = lambda s: sorted(zip(s.window.tolist(), s.first.tolist(), s.count.tolist(), s.part.tolist(), s.split.tolist()))
+
+    def rows(s):
+        fields = (s.window, s.first, s.count, s.part, s.split)
+        return sorted(zip(*(t.tolist() for t in fields)))
+
     assert rows(by_column) == rows(by_length)
     for name in ("split_window", "split_part", "split_count"):
         assert torch.equal(getattr(by_column, name), getattr(by_length, name))

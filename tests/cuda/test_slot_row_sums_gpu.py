@@ -1,6 +1,7 @@
 """Row sums of values kept in a value layout, visited in CSR order (kernels/slot_row_sums.cu),
 against float64 sums of the dense matrix: A's rows through its own CSR, A's columns through
 A^T's (the hub row of 20,000 nonzeros is one long CSR row)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,8 @@ import torch
 
 from flashgnn._cuda.slot_row_sums import slot_row_sums_cuda
 from flashgnn.format import MEBCRS
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU
-from tests.kernel_cases import CASES
 
 pytestmark = GPU
 
@@ -27,7 +28,9 @@ def test_row_and_column_sums(case, k, rng):
     assert rows.dtype == cols.dtype == torch.float32
     torch.testing.assert_close(rows.double(), dense.sum(1), rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(cols.double(), dense.sum(0), rtol=1e-5, atol=1e-4)
-    assert torch.equal(rows, slot_row_sums_cuda(torch.from_numpy(a.indptr).long().cuda(), f.perm, values))
+    assert torch.equal(
+        rows, slot_row_sums_cuda(torch.from_numpy(a.indptr).long().cuda(), f.perm, values)
+    )
 
 
 def test_bad_inputs_are_clear_errors(rng):

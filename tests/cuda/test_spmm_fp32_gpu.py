@@ -1,4 +1,5 @@
 """The exact fp32 SpMM (kernels/spmm_fp32.cu) against float64 scipy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +10,8 @@ import torch
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32
 from flashgnn.format import MEBCRS
 from flashgnn.ops import spmm
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, rel_err
-from tests.kernel_cases import CASES
 
 pytestmark = GPU
 
@@ -18,7 +19,9 @@ WIDTHS = [1, 7, 16, 33, 64, 128, 256]
 
 
 def gpu_format(a: sp.csr_matrix, k: int) -> MEBCRS:
-    return MEBCRS.from_csr(a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=k).to("cuda")
+    return MEBCRS.from_csr(
+        a.indptr, a.indices, torch.from_numpy(a.data), n_cols=a.shape[1], k=k
+    ).to("cuda")
 
 
 def run(f: MEBCRS, x: torch.Tensor, **split) -> torch.Tensor:
@@ -121,7 +124,9 @@ def test_misaligned_and_half_inputs(rng):
 
 def test_padding_slots_never_meet_x():
     # rows 0 and 1 share a window; x[0] = inf is a neighbour of row 0 only
-    a = sp.csr_matrix((np.array([2.0, 3.0], np.float32), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    a = sp.csr_matrix(
+        (np.array([2.0, 3.0], np.float32), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2)
+    )
     f = gpu_format(a, 8)
     x = torch.tensor([[float("inf"), 1.0], [1.0, float("nan")]], device="cuda")
     y = run(f, x).cpu()

@@ -1,6 +1,7 @@
 """flashgnn.ops.spmm on CUDA tensors (the tensor-core kernels, and the fp32 path) against
 float64 scipy and against the CPU implementation of the same precision; outputs are checked
 for unwritten elements by poisoning the allocator with NaN before every call."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,11 +12,25 @@ import torch
 from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn._cuda import spmm_fp32 as cuda_spmm_fp32
 from flashgnn.ops import spmm
-from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, PRECISIONS, SIZES, STORAGE, bound, csr_rows,
-                                 default_k, dense, in_both_segment_orders, matrix, mebcrs, poisoned_allocations,
-                                 real_matrix_names, run_twice_poisoned)
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, rel_err
-from tests.kernel_cases import CASES
+from tests.ops.gpu_op_checks import (
+    BOUND,
+    EMULATION_BOUND,
+    PRECISIONS,
+    SIZES,
+    STORAGE,
+    bound,
+    csr_rows,
+    default_k,
+    dense,
+    in_both_segment_orders,
+    matrix,
+    mebcrs,
+    poisoned_allocations,
+    real_matrix_names,
+    run_twice_poisoned,
+)
 
 pytestmark = GPU
 
@@ -30,8 +45,17 @@ def reference(name: str, x: torch.Tensor, values_dtype=torch.float32) -> np.ndar
     return sp.csr_matrix((values, m.indices, m.indptr), shape=m.shape) @ x.double().numpy()
 
 
-def check_spmm(name: str, precision: str, n: int, *, k: int | None = None, x_dtype=torch.float32,
-               values_dtype=torch.float32, out_fp32: bool = False, x_offset: int = 0) -> None:
+def check_spmm(
+    name: str,
+    precision: str,
+    n: int,
+    *,
+    k: int | None = None,
+    x_dtype=torch.float32,
+    values_dtype=torch.float32,
+    out_fp32: bool = False,
+    x_offset: int = 0,
+) -> None:
     """Run spmm twice on NaN-poisoned memory; dtype, shape, every element written, and the
     relative error bound of ``precision`` against float64. ``x_offset`` > 0 makes X start
     that many elements into its buffer (misaligned for vector loads)."""
@@ -43,9 +67,13 @@ def check_spmm(name: str, precision: str, n: int, *, k: int | None = None, x_dty
     values = fmt.values.to(values_dtype)
     ref = reference(name, x, values_dtype)
     out_dtype = torch.float32 if out_fp32 else x_dtype
-    for y in run_twice_poisoned(lambda: spmm(fmt, x_dev, precision, values=values, out_fp32=out_fp32), DEVICE):
+    for y in run_twice_poisoned(
+        lambda: spmm(fmt, x_dev, precision, values=values, out_fp32=out_fp32), DEVICE
+    ):
         assert y.device.type == "cuda" and y.dtype == out_dtype and y.shape == (n_rows, n)
-        assert not torch.isnan(y).any(), "an output element was not written (NaN from the poisoned allocator)"
+        assert not torch.isnan(y).any(), (
+            "an output element was not written (NaN from the poisoned allocator)"
+        )
         assert rel_err(y, ref) <= bound(precision, out_dtype)
 
 
@@ -54,8 +82,13 @@ def test_poison_reaches_new_allocations():
     allocate read back as NaN until written, and torch.empty is restored afterwards."""
     real_empty = torch.empty
     with poisoned_allocations():
-        for shape, dtype in [((3, 5), torch.float16), ((1003, 33), torch.bfloat16), ((1, 1), torch.float32),
-                             ((8 * 20_000,), torch.float32), ((4096, 4096), torch.float32)]:
+        for shape, dtype in [
+            ((3, 5), torch.float16),
+            ((1003, 33), torch.bfloat16),
+            ((1, 1), torch.float32),
+            ((8 * 20_000,), torch.float32),
+            ((4096, 4096), torch.float32),
+        ]:
             assert torch.isnan(torch.empty(shape, dtype=dtype, device=DEVICE)).all(), (shape, dtype)
     assert torch.empty is real_empty
 
@@ -88,11 +121,16 @@ def test_gat_attention_checked():
     the row records sized for the pattern."""
     fmt = mebcrs(HUB, 8, DEVICE)
     x = torch.randn(fmt.n_cols, 16, device=DEVICE)
-    el, records = torch.zeros(fmt.n_cols, device=DEVICE), torch.ones(8 * fmt.n_windows, 4, device=DEVICE)
+    el, records = (
+        torch.zeros(fmt.n_cols, device=DEVICE),
+        torch.ones(8 * fmt.n_windows, 4, device=DEVICE),
+    )
     args = (fmt.row_ptr, fmt.col_idx, fmt.vec_mask)
 
     def launch(values, gat, precision="fp16", k=8):
-        cuda_spmm.spmm_tensor_core(*args, values, x, fmt.n_rows, k, precision, torch.float32, gat=gat)
+        cuda_spmm.spmm_tensor_core(
+            *args, values, x, fmt.n_rows, k, precision, torch.float32, gat=gat
+        )
 
     gat = cuda_spmm.GatAttention(el, records, 0.2, transposed=False)
     with pytest.raises(ValueError, match="fp16/bf16 at block width 8 and tf32 at 4"):
@@ -117,7 +155,9 @@ def test_misaligned_x(precision):
     check_spmm("square_61x61", precision, 64, x_dtype=torch.float16, x_offset=3)
 
 
-@pytest.mark.parametrize("precision,n", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128)])
+@pytest.mark.parametrize(
+    "precision,n", [(p, 33) for p in PRECISIONS] + [("fp16", 128), ("tf32", 128)]
+)
 @pytest.mark.parametrize("name", real_matrix_names())
 def test_real_matrices(name, precision, n):
     check_spmm(name, precision, n)
@@ -170,7 +210,9 @@ def test_gradients_match_cpu_and_float64(precision):
     assert rel_err(dv_gpu, dv_cpu) <= EMULATION_BOUND
     padding = torch.ones(dv_gpu.numel(), dtype=torch.bool)
     padding[perm] = False
-    assert torch.count_nonzero(dv_gpu[padding]) == 0, "a value slot outside the pattern got a gradient"
+    assert torch.count_nonzero(dv_gpu[padding]) == 0, (
+        "a value slot outside the pattern got a gradient"
+    )
 
     a64 = sp.csr_matrix(m, dtype=np.float64)
     dy64, x64 = dy.double().numpy(), x.double().numpy()
@@ -180,8 +222,18 @@ def test_gradients_match_cpu_and_float64(precision):
 
 
 @pytest.mark.parametrize("ways", [1, 2, 4])
-@pytest.mark.parametrize("precision,n", [("fp16", 32), ("bf16", 64), ("tf32", 128), ("fp16", 256), ("fp16", 33),
-                                         ("tf32", 40), ("tf32", 37)])
+@pytest.mark.parametrize(
+    "precision,n",
+    [
+        ("fp16", 32),
+        ("bf16", 64),
+        ("tf32", 128),
+        ("fp16", 256),
+        ("fp16", 33),
+        ("tf32", 40),
+        ("tf32", 37),
+    ],
+)
 @pytest.mark.parametrize("name", [HUB] + real_matrix_names()[:4])
 def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precision, n, ways):
     """Split windows summed in the SpMM kernel by the segment that finishes last (fuse_max_parts
@@ -197,9 +249,24 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
     ref = reference(name, x.cpu())
     results = []
     for fuse, features in [(1 << 30, 4), (0, 4), (2, 8), (1 << 30, 8), (1 << 30, 4)]:
-        for y in run_twice_poisoned(lambda: cuda_spmm.spmm_tensor_core(
-                fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, fmt.n_rows, k, precision, torch.float32,
-                seg_vectors=64, fuse_max_parts=fuse, features=features, ways=ways), DEVICE):
+        for y in run_twice_poisoned(
+            lambda: cuda_spmm.spmm_tensor_core(
+                fmt.row_ptr,
+                fmt.col_idx,
+                fmt.vec_mask,
+                fmt.values,
+                x,
+                fmt.n_rows,
+                k,
+                precision,
+                torch.float32,
+                seg_vectors=64,
+                fuse_max_parts=fuse,
+                features=features,
+                ways=ways,
+            ),
+            DEVICE,
+        ):
             assert not torch.isnan(y).any(), "an output element was not written"
             results.append(y)
     assert all(torch.equal(y, results[0]) for y in results)
@@ -219,9 +286,23 @@ def test_two_features_per_lane_give_the_bits_of_four(name, precision, n):
     assert cuda_spmm.lane_features(n, cuda_spmm.NARROW_LANES_MIN_VECTORS, precision) == 2
     results = []
     for features, fuse in [(4, 1 << 30), (2, 1 << 30), (2, 0)]:
-        for y in run_twice_poisoned(lambda: cuda_spmm.spmm_tensor_core(
-                fmt.row_ptr, fmt.col_idx, fmt.vec_mask, fmt.values, x, fmt.n_rows, 8, precision, torch.float32,
-                seg_vectors=64, fuse_max_parts=fuse, features=features), DEVICE):
+        for y in run_twice_poisoned(
+            lambda: cuda_spmm.spmm_tensor_core(
+                fmt.row_ptr,
+                fmt.col_idx,
+                fmt.vec_mask,
+                fmt.values,
+                x,
+                fmt.n_rows,
+                8,
+                precision,
+                torch.float32,
+                seg_vectors=64,
+                fuse_max_parts=fuse,
+                features=features,
+            ),
+            DEVICE,
+        ):
             assert not torch.isnan(y).any(), "an output element was not written"
             results.append(y)
     assert all(torch.equal(y, results[0]) for y in results)

@@ -1,5 +1,6 @@
 """The private torch APIs flashgnn relies on (``flashgnn._torch_private``), checked against the
 installed torch: a torch that drops or changes one fails here, saying what breaks."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,14 +15,16 @@ from tests.helpers import needs_gpu
 def test_storage_use_counts_see_every_tensor_on_the_storage():
     assert callable(getattr(torch._C, "_storage_Use_Count", None)), (
         f"torch {torch.__version__} has no torch._C._storage_Use_Count: ops.replay cannot tell "
-        "whether a replayed layer's buffers are held elsewhere")
+        "whether a replayed layer's buffers are held elsewhere"
+    )
     t = torch.randn(4)
     count = storage_use_counter(t.untyped_storage())
     alone = count()
     alias, view = t.detach(), t[1:]
     assert count() == alone + 2, (
         "torch._C._storage_Use_Count no longer counts the tensors sharing a storage (a detach() "
-        "alias and a view): ops.replay would overwrite buffers its callers hold")
+        "alias and a view): ops.replay would overwrite buffers its callers hold"
+    )
     del alias, view
     assert count() == alone, "torch._C._storage_Use_Count no longer drops a freed tensor"
     other = torch.randn(4)
@@ -58,7 +61,8 @@ def test_gpu_sleep_is_torch_s_sleep_kernel():
     sleep = getattr(torch.cuda, "_sleep", None)
     assert callable(sleep), f"torch {torch.__version__} lacks torch.cuda._sleep (the timers use it)"
     assert list(inspect.signature(sleep).parameters) == ["cycles"], (
-        f"torch.cuda._sleep takes {inspect.signature(sleep)} now, not (cycles)")
+        f"torch.cuda._sleep takes {inspect.signature(sleep)} now, not (cycles)"
+    )
 
 
 @needs_gpu

@@ -2,6 +2,7 @@
 float64 scipy and the CPU implementation of the same precision, on random matrices (n not a
 multiple of 16, empty windows, a 20,000-nonzero hub row) and real graphs, with every output
 allocation poisoned with NaN; SDDMM padding slots exactly 0."""
+
 from __future__ import annotations
 
 import functools
@@ -11,10 +12,19 @@ import pytest
 import torch
 
 from flashgnn import MEBCRS, ops
-from tests.gpu_op_checks import (BOUND, EMULATION_BOUND, SIZES, bound, csr_rows, dense, matrix,
-                                 real_matrix_names, run_twice_poisoned)
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, rel_err
-from tests.kernel_cases import CASES
+from tests.ops.gpu_op_checks import (
+    BOUND,
+    EMULATION_BOUND,
+    SIZES,
+    bound,
+    csr_rows,
+    dense,
+    matrix,
+    real_matrix_names,
+    run_twice_poisoned,
+)
 
 pytestmark = GPU
 
@@ -22,14 +32,17 @@ DEVICE = "cuda"
 PRECISIONS = ("fp16", "bf16")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def blocked16(name: str, device: str):
     m = matrix(name)
-    return MEBCRS.from_csr(m.indptr, m.indices, torch.from_numpy(m.data), n_cols=m.shape[1], device=device,
-                           vector=16)
+    return MEBCRS.from_csr(
+        m.indptr, m.indices, torch.from_numpy(m.data), n_cols=m.shape[1], device=device, vector=16
+    )
 
 
-def check_spmm(name: str, precision: str, n: int, x_dtype=torch.float32, out_fp32: bool = False) -> None:
+def check_spmm(
+    name: str, precision: str, n: int, x_dtype=torch.float32, out_fp32: bool = False
+) -> None:
     fmt = blocked16(name, DEVICE)
     m = matrix(name)
     x = dense(m.shape[1], n, name).to(x_dtype)
@@ -113,8 +126,13 @@ def test_custom_values_ignore_padding_slots():
     values = fmt.values.clone()
     values[~fmt.real_slots()] = 1e4
     x = dense(61, 16, "custom").to(DEVICE)
-    assert rel_err(ops.spmm(fmt, x, "fp16", values=values, out_fp32=True),
-                   ops.spmm(fmt, x, "fp16", out_fp32=True)) <= EMULATION_BOUND
+    assert (
+        rel_err(
+            ops.spmm(fmt, x, "fp16", values=values, out_fp32=True),
+            ops.spmm(fmt, x, "fp16", out_fp32=True),
+        )
+        <= EMULATION_BOUND
+    )
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp32"])

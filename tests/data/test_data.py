@@ -1,6 +1,7 @@
 """Dataset loaders, each on a tiny dataset written here in its real on-disk layout and read
 through the real loader; graphs, features, labels, splits and scores are checked against
 scipy / NumPy / sklearn computations of the same files."""
+
 from __future__ import annotations
 
 import gzip
@@ -37,7 +38,9 @@ def assert_partition(ds: Dataset, nodes):
     """train/val/test are disjoint and together exactly ``nodes``."""
     masks = torch.stack([ds.train_mask, ds.val_mask, ds.test_mask]).int()
     assert int(masks.sum(0).max()) == 1
-    assert torch.equal(masks.sum(0).bool().nonzero()[:, 0], torch.as_tensor(nodes, dtype=torch.int64))
+    assert torch.equal(
+        masks.sum(0).bool().nonzero()[:, 0], torch.as_tensor(nodes, dtype=torch.int64)
+    )
 
 
 # ---------------------------------------------------------------------------- CSR builder
@@ -46,7 +49,9 @@ def assert_partition(ds: Dataset, nodes):
 def test_edges_to_csr_matches_scipy(rng, undirected, chunk_size):
     n, e = 57, 400
     src, dst = rng.integers(0, n, e), rng.integers(0, n, e)  # with loops and duplicates
-    indptr, indices = edges_to_csr(src, dst, n, undirected=undirected, chunk_size=chunk_size, progress=False)
+    indptr, indices = edges_to_csr(
+        src, dst, n, undirected=undirected, chunk_size=chunk_size, progress=False
+    )
     ref_ptr, ref_idx = expected_csr(src, dst, n, undirected)
     assert indptr.dtype == np.int64 and indices.dtype == np.int32
     np.testing.assert_array_equal(indptr, ref_ptr)
@@ -85,7 +90,11 @@ def test_npz_cora_public_split(data_dir):
         np.testing.assert_array_equal(ds.y.numpy(), d["y"])
         for split in ("train", "val", "test"):
             np.testing.assert_array_equal(getattr(ds, f"{split}_mask").numpy(), d[f"{split}_mask"])
-    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == (140, 500, 1000)
+    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == (
+        140,
+        500,
+        1000,
+    )
     assert (ds.num_classes, ds.metric, ds.multi_label) == (7, "accuracy", False)
     normalized = load_dataset("cora", root=data_dir, normalize_features=True).x
     assert normalized.dtype == torch.float32
@@ -106,9 +115,17 @@ def test_npz_written_here_multilabel_sparse_features_random_split(tmp_path, rng)
     indptr, indices = expected_csr(src, dst, n, undirected=True)
     xs = sp.random(n, f, density=0.3, random_state=np.random.RandomState(2), format="csr")
     y_multi = (rng.random((n, c)) < 0.4).astype(np.uint8)
-    np.savez(tmp_path / "tiny.npz", indptr=indptr.astype(np.int32), indices=indices.astype(np.int32),
-             num_nodes=np.int64(n), x_indptr=xs.indptr.astype(np.int32), x_indices=xs.indices.astype(np.int32),
-             x_shape=np.array([n, f]), y_multi=y_multi, meta="{}")
+    np.savez(
+        tmp_path / "tiny.npz",
+        indptr=indptr.astype(np.int32),
+        indices=indices.astype(np.int32),
+        num_nodes=np.int64(n),
+        x_indptr=xs.indptr.astype(np.int32),
+        x_indices=xs.indices.astype(np.int32),
+        x_shape=np.array([n, f]),
+        y_multi=y_multi,
+        meta="{}",
+    )
     ds = load_dataset("tiny", root=tmp_path, seed=5)
     assert_graph(ds.graph, indptr, indices)
     np.testing.assert_array_equal(ds.x.numpy(), (xs.toarray() != 0).astype(np.float16))
@@ -117,7 +134,9 @@ def test_npz_written_here_multilabel_sparse_features_random_split(tmp_path, rng)
     assert (int(ds.train_mask.sum()), int(ds.val_mask.sum())) == (24, 8)
     again = load_dataset("tiny", root=tmp_path, seed=5)
     other = load_dataset("tiny", root=tmp_path, seed=6)
-    assert torch.equal(again.train_mask, ds.train_mask) and not torch.equal(other.train_mask, ds.train_mask)
+    assert torch.equal(again.train_mask, ds.train_mask) and not torch.equal(
+        other.train_mask, ds.train_mask
+    )
 
 
 def test_missing_npz_names_the_file(tmp_path):
@@ -170,11 +189,17 @@ def test_ogb_arxiv_layout_symmetrised_and_scored_by_ogb(tmp_path, rng):
     n = 60
     for attempt in range(2):  # the first load parses the CSVs, the second memory-maps its cache
         ds = load_dataset("ogbn-arxiv", root=tmp_path, download=False, progress=False)
-        assert_graph(ds.graph, *expected_csr(data["edges"][:, 0], data["edges"][:, 1], n, undirected=True))
+        assert_graph(
+            ds.graph, *expected_csr(data["edges"][:, 0], data["edges"][:, 1], n, undirected=True)
+        )
         np.testing.assert_allclose(ds.x.numpy(), data["x"], rtol=1e-6)
         np.testing.assert_array_equal(ds.y.numpy(), data["y"])
-        np.testing.assert_array_equal(ds.test_mask.nonzero()[:, 0].numpy(), np.sort(data["split"]["test"]))
-        assert (tmp_path / "ogbn_arxiv" / "processed" / "flashgnn-undirected" / "indices.npy").is_file()
+        np.testing.assert_array_equal(
+            ds.test_mask.nonzero()[:, 0].numpy(), np.sort(data["split"]["test"])
+        )
+        assert (
+            tmp_path / "ogbn_arxiv" / "processed" / "flashgnn-undirected" / "indices.npy"
+        ).is_file()
     assert ds.metric == "accuracy" and ds.num_classes == 40
     logits = torch.randn(n, 40)
     test = data["split"]["test"]
@@ -186,7 +211,9 @@ def test_ogb_products_keeps_ogb_inverse_edges(tmp_path, rng):
     data = write_ogb(tmp_path, "ogbn-products", rng, split="sales_ranking")
     ds = load_dataset("ogbn-products", root=tmp_path, download=False, progress=False)
     # ogb itself adds the reverse of every edge of ogbn-products
-    assert_graph(ds.graph, *expected_csr(data["edges"][:, 0], data["edges"][:, 1], 60, undirected=True))
+    assert_graph(
+        ds.graph, *expected_csr(data["edges"][:, 0], data["edges"][:, 1], 60, undirected=True)
+    )
     assert ds.num_classes == 47
 
 
@@ -197,7 +224,9 @@ def test_ogb_proteins_mean_edge_features_and_rocauc(tmp_path, rng):
     src, dst = data["edges"][:, 0], data["edges"][:, 1]
     both_src, both_dst = np.r_[src, dst], np.r_[dst, src]  # ogb stores both directions
     feats = np.r_[data["edge_feat"], data["edge_feat"]].astype(np.float64)
-    incidence = sp.csr_matrix((np.ones(len(both_dst)), (both_dst, np.arange(len(both_dst)))), shape=(n, len(both_dst)))
+    incidence = sp.csr_matrix(
+        (np.ones(len(both_dst)), (both_dst, np.arange(len(both_dst)))), shape=(n, len(both_dst))
+    )
     degree = np.maximum(np.asarray(incidence.sum(1)).ravel(), 1)
     np.testing.assert_allclose(ds.x.numpy(), (incidence @ feats) / degree[:, None], rtol=1e-5)
     assert ds.multi_label and ds.metric == "rocauc" and ds.num_classes == 112
@@ -247,7 +276,11 @@ def test_igb_tiny_npy_layout_and_seeded_split(tmp_path, rng):
     np.testing.assert_array_equal(ds.x.numpy(), x)
     np.testing.assert_array_equal(ds.y.numpy(), y.astype(np.int64))
     assert_partition(ds, np.arange(n))
-    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == (30, 10, 10)
+    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == (
+        30,
+        10,
+        10,
+    )
     assert torch.equal(load_dataset("igb-tiny", root=tmp_path, seed=1).val_mask, ds.val_mask)
     assert not torch.equal(load_dataset("igb-tiny", root=tmp_path, seed=2).val_mask, ds.val_mask)
     directed = load_dataset("igb-tiny", root=tmp_path, undirected=False)
@@ -257,7 +290,9 @@ def test_igb_tiny_npy_layout_and_seeded_split(tmp_path, rng):
 def test_igb_full_raw_memmaps_labelled_prefix(tmp_path, rng):
     n, labelled = 48, 40
     x, y, edges = write_igb(tmp_path, "full", rng, n, raw=True, classes=2983)
-    ds = load_dataset("igb-full", root=tmp_path, num_classes=2983, num_nodes=n, num_labelled=labelled)
+    ds = load_dataset(
+        "igb-full", root=tmp_path, num_classes=2983, num_nodes=n, num_labelled=labelled
+    )
     np.testing.assert_array_equal(ds.x.numpy(), x)
     np.testing.assert_array_equal(ds.y[:labelled].numpy(), y[:labelled].astype(np.int64))
     assert bool((ds.y[labelled:] == -1).all())
@@ -315,8 +350,9 @@ def test_synthetic_is_deterministic_power_law_and_homophilous():
     assert not torch.equal(ds.graph.indices, other.graph.indices)
     g = ds.graph
     src, dst = g.indices, g.dst_of_csr()
-    assert torch.equal(torch.sort(dst * g.num_nodes + src).values,
-                       torch.sort(src * g.num_nodes + dst).values), "not symmetric"
+    assert torch.equal(
+        torch.sort(dst * g.num_nodes + src).values, torch.sort(src * g.num_nodes + dst).values
+    ), "not symmetric"
     assert not bool((src == dst).any())
     degree = g.in_degrees().double()
     assert 0.85 * 12 < degree.mean() < 12.5

@@ -1,4 +1,5 @@
 """flashgnn.data.generators.power_law_csr: canonical CSR, exact size, determinism, heavy tails."""
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -76,15 +77,18 @@ def test_node_ids_are_shuffled():
     assert hubs.min() < 5000 and hubs.max() > 15000
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(num_nodes=-1, num_edges=0), "num_nodes"),
-    (dict(num_nodes=10.0, num_edges=0), "num_nodes"),
-    (dict(num_nodes=10, num_edges=-5), "num_edges"),
-    (dict(num_nodes=10, num_edges=4, exponent=1.0), "exponent"),
-    (dict(num_nodes=10, num_edges=5, symmetric=True), "even"),
-    (dict(num_nodes=10, num_edges=60), "half"),
-    (dict(num_nodes=2**31, num_edges=0), "2\\^31"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(num_nodes=-1, num_edges=0), "num_nodes"),
+        (dict(num_nodes=10.0, num_edges=0), "num_nodes"),
+        (dict(num_nodes=10, num_edges=-5), "num_edges"),
+        (dict(num_nodes=10, num_edges=4, exponent=1.0), "exponent"),
+        (dict(num_nodes=10, num_edges=5, symmetric=True), "even"),
+        (dict(num_nodes=10, num_edges=60), "half"),
+        (dict(num_nodes=2**31, num_edges=0), "2\\^31"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         power_law_csr(**kwargs)

@@ -13,6 +13,7 @@ flashgnn.format without trusting any of its code.
 The decoder walks windows with a Python loop and each window's blocks with NumPy; it is
 meant for the test matrices and the graphs of ../shared/datasets, not for large inputs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,7 +55,9 @@ def decode(row_ptr, col_idx, values, k: int, n_rows: int, n_cols: int) -> Slots:
     n_windows = -(-n_rows // WINDOW)
     n_vectors = len(col_idx)
     assert k in (4, 8), f"k = {k}"
-    assert row_ptr.shape == (n_windows + 1,), f"row_ptr has {len(row_ptr)} entries, expected {n_windows + 1}"
+    assert row_ptr.shape == (n_windows + 1,), (
+        f"row_ptr has {len(row_ptr)} entries, expected {n_windows + 1}"
+    )
     assert row_ptr[0] == 0 and row_ptr[-1] == n_vectors, "row_ptr must run from 0 to n_vectors"
     assert np.all(np.diff(row_ptr) >= 0), "row_ptr decreases"
     assert values.shape == (WINDOW * n_vectors,), f"{len(values)} values for {n_vectors} vectors"
@@ -70,17 +73,19 @@ def decode(row_ptr, col_idx, values, k: int, n_rows: int, n_cols: int) -> Slots:
         # full blocks: [n_full, 8, k] row-major from slot 8 * first on
         b, r, j = np.indices((n_full, WINDOW, k)).reshape(3, -1)
         full_end = WINDOW * (first + n_full * k)
-        vector[WINDOW * first:full_end] = first + b * k + j
-        row[WINDOW * first:full_end] = WINDOW * w + r
+        vector[WINDOW * first : full_end] = first + b * k + j
+        row[WINDOW * first : full_end] = WINDOW * w + r
         # the last block: [8, width] row-major, width = n_vec mod k
         width = end - (first + n_full * k)
         r, j = np.indices((WINDOW, width)).reshape(2, -1)
-        vector[full_end:WINDOW * end] = first + n_full * k + j
-        row[full_end:WINDOW * end] = WINDOW * w + r
+        vector[full_end : WINDOW * end] = first + n_full * k + j
+        row[full_end : WINDOW * end] = WINDOW * w + r
     return Slots(vector, row, col_idx[vector], values)
 
 
-def _pattern_lookup(a: sp.csr_matrix, row: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pattern_lookup(
+    a: sp.csr_matrix, row: np.ndarray, col: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(in_pattern, position in a's CSR order) of each (row, col); rows may pass a's last row."""
     n_rows, n_cols = a.shape
     a_rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(a.indptr))
@@ -97,13 +102,16 @@ def _assert_encodes(row_ptr, col_idx, values, k: int, a: sp.csr_matrix):
     n_rows, n_cols = a.shape
     s = decode(row_ptr, col_idx, values, k, n_rows, n_cols)
     in_pattern, pos = _pattern_lookup(a, s.row, s.col)
-    assert np.array_equal(s.value[in_pattern], a.data.astype(np.float64)[pos[in_pattern]]), \
+    assert np.array_equal(s.value[in_pattern], a.data.astype(np.float64)[pos[in_pattern]]), (
         "a nonzero holds the wrong value"
+    )
     assert not np.any(s.value[~in_pattern]), "a slot outside the pattern holds a nonzero"
     per_vector = np.bincount(s.vector[in_pattern], minlength=len(_numpy(col_idx)))
     assert np.all(per_vector > 0), f"vector {int(np.argmin(per_vector))} holds no nonzero"
     # slots are distinct (row, col) pairs, so a count equal to nnz means every nonzero is stored
-    assert int(in_pattern.sum()) == a.nnz, f"{int(in_pattern.sum())} nonzeros stored, matrix has {a.nnz}"
+    assert int(in_pattern.sum()) == a.nnz, (
+        f"{int(in_pattern.sum())} nonzeros stored, matrix has {a.nnz}"
+    )
     return s, in_pattern
 
 
@@ -127,7 +135,9 @@ def assert_mebcrs_of(fmt, a: sp.csr_matrix) -> None:
     assert perm.shape == (a.nnz,), f"perm has {len(perm)} entries for {a.nnz} nonzeros"
     csr_rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     assert np.array_equal(s.row[perm], csr_rows), "perm sends a nonzero to a slot of another row"
-    assert np.array_equal(s.col[perm], a.indices), "perm sends a nonzero to a slot of another column"
+    assert np.array_equal(s.col[perm], a.indices), (
+        "perm sends a nonzero to a slot of another column"
+    )
 
     vec_mask = _numpy(fmt.vec_mask, np.int64)
     expected = np.zeros(len(s.vector) // WINDOW, np.int64)

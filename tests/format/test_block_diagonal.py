@@ -1,5 +1,6 @@
 """block_diagonal (diag(A, ..., A) for multi-head ops) against the format the CPU builder makes
 of scipy's block-diagonal matrix, and the multi-head ops on it against one op per head."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,15 +10,20 @@ import torch
 
 from flashgnn.block_diagonal import block_diagonal, head_major, node_major, padded
 from flashgnn.ops import edge_softmax, spmm
+from tests.format.test_format import assert_same_format, build
 from tests.helpers import random_csr
-from tests.test_format import assert_same_format, build
 
 
 def diagonal_of(a: sp.csr_matrix, copies: int) -> sp.csr_matrix:
     """scipy's diag(A, ..., A), each copy padded to whole windows."""
-    pad = sp.csr_matrix((a.data, a.indices, np.concatenate([a.indptr, np.full(padded(a.shape[0]) - a.shape[0],
-                                                                                  a.indptr[-1])])),
-                        shape=(padded(a.shape[0]), padded(a.shape[1])))
+    pad = sp.csr_matrix(
+        (
+            a.data,
+            a.indices,
+            np.concatenate([a.indptr, np.full(padded(a.shape[0]) - a.shape[0], a.indptr[-1])]),
+        ),
+        shape=(padded(a.shape[0]), padded(a.shape[1])),
+    )
     out = sp.block_diag([pad] * copies, format="csr")
     out.sort_indices()
     return out
@@ -70,8 +76,8 @@ def test_head_major_and_node_major_round_trip():
     hm = head_major(t, 8)
     assert hm.shape == (24, 2)
     for h in range(3):
-        assert torch.equal(hm[8 * h:8 * h + 5], t[:, h])
-        assert not hm[8 * h + 5:8 * h + 8].any()
+        assert torch.equal(hm[8 * h : 8 * h + 5], t[:, h])
+        assert not hm[8 * h + 5 : 8 * h + 8].any()
     assert torch.equal(node_major(hm, 3, 5), t)
 
 
@@ -89,4 +95,6 @@ def test_multi_head_ops_equal_one_op_per_head(precision, rng):
     for h in range(heads):
         p = edge_softmax(fmt, scores[h])
         assert torch.equal(probs.view(heads, -1)[h], p)
-        assert torch.allclose(out[:, h], spmm(fmt, x[:, h], precision, values=p.float()), rtol=1e-6, atol=1e-6)
+        assert torch.allclose(
+            out[:, h], spmm(fmt, x[:, h], precision, values=p.float()), rtol=1e-6, atol=1e-6
+        )

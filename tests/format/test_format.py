@@ -1,5 +1,6 @@
-"""MEBCRS (flashgnn/format.py) against the independent decoder of tests/mebcrs_spec.py and
+"""MEBCRS (flashgnn/format.py) against the independent decoder of tests/format/mebcrs_spec.py and
 scipy: random matrices, every graph of ../shared/datasets, a sample of DLMC, and every error."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,15 @@ import torch
 
 from flashgnn import device_builders
 from flashgnn.format import MEBCRS, build_reference, decode_slots, vector_slots
-from tests.helpers import csr_from_coo, graph_names, graph_params, load_dlmc, random_csr, random_values
-from tests.mebcrs_spec import assert_mebcrs_of
+from tests.format.mebcrs_spec import assert_mebcrs_of
+from tests.helpers import (
+    csr_from_coo,
+    graph_names,
+    graph_params,
+    load_dlmc,
+    random_csr,
+    random_values,
+)
 
 
 def build(a: sp.csr_matrix, k: int = 8, **kw) -> MEBCRS:
@@ -48,12 +56,12 @@ def test_worked_example_k4():
     fmt = build(a, k=4)
 
     expected = np.zeros(56)
-    block0 = expected[0:32].reshape(8, 4)     # window 0, columns 1, 3, 5, 9
+    block0 = expected[0:32].reshape(8, 4)  # window 0, columns 1, 3, 5, 9
     block0[0] = [2, 0, 6, 0]
     block0[2] = [26, 28, 0, 0]
     block0[3] = [0, 0, 0, 46]
-    expected[32:40].reshape(8, 1)[7] = 96      # window 0, column 11
-    block2 = expected[40:56].reshape(8, 2)    # window 1, columns 0, 4
+    expected[32:40].reshape(8, 1)[7] = 96  # window 0, column 11
+    block2 = expected[40:56].reshape(8, 2)  # window 1, columns 0, 4
     block2[0] = [97, 0]
     block2[1] = [109, 113]
     assert fmt.row_ptr.tolist() == [0, 5, 7]
@@ -87,9 +95,10 @@ def _window_counts_matrix(k: int, rng) -> tuple[sp.csr_matrix, list[int]]:
 
 def _random_cases():
     """(name, matrix factory) pairs covering the shapes of the issue."""
+
     def empty_windows(rng):
         a = random_csr(64, 40, 0.2, rng).tolil()
-        a[8:24] = 0   # windows 1 and 2 empty
+        a[8:24] = 0  # windows 1 and 2 empty
         a[[40, 41, 47]] = 0
         return sp.csr_matrix(a)
 
@@ -161,13 +170,17 @@ def test_index_dtypes_and_array_kinds_give_one_format(index_dtype, kind, rng):
     convert = torch.from_numpy if kind == "torch" else np.asarray
     fmt = MEBCRS.from_csr(convert(a.indptr), convert(a.indices), convert(a.data), n_cols=33)
     assert_mebcrs_of(fmt, a)
-    int32 = sp.csr_matrix((a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)), shape=a.shape)
+    int32 = sp.csr_matrix(
+        (a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)), shape=a.shape
+    )
     assert_same_format(fmt, build(int32))
 
 
 def test_mixed_index_dtypes(rng):
     a = random_csr(20, 20, 0.2, rng)
-    fmt = MEBCRS.from_csr(torch.from_numpy(a.indptr.astype(np.int64)), torch.from_numpy(a.indices), a.data)
+    fmt = MEBCRS.from_csr(
+        torch.from_numpy(a.indptr.astype(np.int64)), torch.from_numpy(a.indices), a.data
+    )
     assert_mebcrs_of(fmt, a)
 
 
@@ -288,29 +301,54 @@ def moved_lowest_bit(mask: int) -> int:
 
 # name -> (fields to replace, given the good format; the message validate must give)
 CORRUPTIONS = {
-    "unsorted_col_idx": (lambda f: {"col_idx": edited(f.col_idx, [0, 1], f.col_idx[[1, 0]])},
-                         "not strictly increasing by column"),
-    "duplicate_col_idx": (lambda f: {"col_idx": edited(f.col_idx, 1, f.col_idx[0])},
-                          "not strictly increasing by column"),
-    "col_idx_past_n_cols": (lambda f: {"col_idx": edited(f.col_idx, -1, f.n_cols)}, "col_idx out of range"),
+    "unsorted_col_idx": (
+        lambda f: {"col_idx": edited(f.col_idx, [0, 1], f.col_idx[[1, 0]])},
+        "not strictly increasing by column",
+    ),
+    "duplicate_col_idx": (
+        lambda f: {"col_idx": edited(f.col_idx, 1, f.col_idx[0])},
+        "not strictly increasing by column",
+    ),
+    "col_idx_past_n_cols": (
+        lambda f: {"col_idx": edited(f.col_idx, -1, f.n_cols)},
+        "col_idx out of range",
+    ),
     "negative_col_idx": (lambda f: {"col_idx": edited(f.col_idx, 0, -1)}, "col_idx out of range"),
-    "nonzero_in_padding_slot": (lambda f: {"values": edited(f.values, padding_slot(f), 0.5)},
-                                "outside the sparsity pattern"),
-    "swapped_perm": (lambda f: {"perm": edited(f.perm, [0, 1], f.perm[[1, 0]])}, "perm does not map"),
+    "nonzero_in_padding_slot": (
+        lambda f: {"values": edited(f.values, padding_slot(f), 0.5)},
+        "outside the sparsity pattern",
+    ),
+    "swapped_perm": (
+        lambda f: {"perm": edited(f.perm, [0, 1], f.perm[[1, 0]])},
+        "perm does not map",
+    ),
     "perm_length": (lambda f: {"perm": f.perm[:-1]}, "marks .* nonzeros but perm has"),
     "perm_dtype": (lambda f: {"perm": f.perm.to(torch.int32)}, "perm"),
-    "row_ptr_end": (lambda f: {"row_ptr": edited(f.row_ptr, -1, f.row_ptr[-1] - 1)}, "end at n_vectors"),
+    "row_ptr_end": (
+        lambda f: {"row_ptr": edited(f.row_ptr, -1, f.row_ptr[-1] - 1)},
+        "end at n_vectors",
+    ),
     "row_ptr_start": (lambda f: {"row_ptr": edited(f.row_ptr, 0, 1)}, "start at 0"),
-    "non_monotone_row_ptr": (lambda f: {"row_ptr": edited(f.row_ptr, 1, f.row_ptr[2] + 1)}, "non-decreasing"),
+    "non_monotone_row_ptr": (
+        lambda f: {"row_ptr": edited(f.row_ptr, 1, f.row_ptr[2] + 1)},
+        "non-decreasing",
+    ),
     "row_ptr_dtype": (lambda f: {"row_ptr": f.row_ptr.to(torch.int32)}, "row_ptr must be int64"),
     "n_rows": (lambda f: {"n_rows": f.n_rows + 8}, "row_ptr must be int64 \\[5\\]"),
     "col_idx_dtype": (lambda f: {"col_idx": f.col_idx.to(torch.int64)}, "col_idx must be int32"),
-    "mask_bit_past_n_rows": (lambda f: {"vec_mask": edited(f.vec_mask, -1, f.vec_mask[-1] | 1 << 7)},
-                             "vec_mask marks a row past n_rows"),
+    "mask_bit_past_n_rows": (
+        lambda f: {"vec_mask": edited(f.vec_mask, -1, f.vec_mask[-1] | 1 << 7)},
+        "vec_mask marks a row past n_rows",
+    ),
     "empty_vector": (lambda f: {"vec_mask": edited(f.vec_mask, 0, 0)}, "a vector holds no nonzero"),
-    "moved_mask_bit": (lambda f: {"vec_mask": edited(f.vec_mask, 0, moved_lowest_bit(int(f.vec_mask[0])))},
-                       "outside the sparsity pattern|perm does not map"),
-    "vec_mask_dtype": (lambda f: {"vec_mask": f.vec_mask.to(torch.int32)}, "vec_mask must be uint8"),
+    "moved_mask_bit": (
+        lambda f: {"vec_mask": edited(f.vec_mask, 0, moved_lowest_bit(int(f.vec_mask[0])))},
+        "outside the sparsity pattern|perm does not map",
+    ),
+    "vec_mask_dtype": (
+        lambda f: {"vec_mask": f.vec_mask.to(torch.int32)},
+        "vec_mask must be uint8",
+    ),
     "values_length": (lambda f: {"values": f.values[:-1]}, "values must have"),
     "k": (lambda f: {"k": 5}, "k = 5 is not 8 or 4"),
 }
@@ -326,10 +364,15 @@ SPEC_MUST_CATCH = {
     "read_as_other_k": lambda f: {"k": 8},
     "nonzero_in_padding_slot": lambda f: {"values": edited(f.values, padding_slot(f), 0.5)},
     "swapped_perm": lambda f: {"perm": edited(f.perm, [0, 1], f.perm[[1, 0]])},
-    "moved_mask_bit": lambda f: {"vec_mask": edited(f.vec_mask, 0, moved_lowest_bit(int(f.vec_mask[0])))},
+    "moved_mask_bit": lambda f: {
+        "vec_mask": edited(f.vec_mask, 0, moved_lowest_bit(int(f.vec_mask[0])))
+    },
     "shifted_column": lambda f: {"col_idx": edited(f.col_idx, -1, (f.col_idx[-1] + 1) % f.n_cols)},
-    "lost_vector": lambda f: {"col_idx": f.col_idx[:-1], "values": f.values[:-8],
-                              "row_ptr": edited(f.row_ptr, -1, f.row_ptr[-1] - 1)},
+    "lost_vector": lambda f: {
+        "col_idx": f.col_idx[:-1],
+        "values": f.values[:-8],
+        "row_ptr": edited(f.row_ptr, -1, f.row_ptr[-1] - 1),
+    },
 }
 
 
@@ -365,17 +408,28 @@ def _bad_inputs():
     return {
         "unsorted": ((ip, np.array([3, 0, 1, 2, 4])), {}, "unsorted column indices in row 0"),
         "duplicate": ((ip, np.array([0, 3, 2, 2, 4])), {}, "duplicate column indices in row 1"),
-        "unsorted_after_empty_row": ((np.array([0, 2, 2, 4]), np.array([0, 3, 4, 1])), {},
-                                     "unsorted column indices in row 2"),
+        "unsorted_after_empty_row": (
+            (np.array([0, 2, 2, 4]), np.array([0, 3, 4, 1])),
+            {},
+            "unsorted column indices in row 2",
+        ),
         "out_of_range": ((ip, ix), {"n_cols": 4}, "column index out of range \\[0, 4\\): found 4"),
         "negative": ((ip, np.array([0, 3, -1, 2, 4])), {}, "out of range .* found -1"),
-        "indices_longer_than_indptr": ((ip, np.append(ix, 5)), {}, "does not match len\\(indices\\)"),
+        "indices_longer_than_indptr": (
+            (ip, np.append(ix, 5)),
+            {},
+            "does not match len\\(indices\\)",
+        ),
         "indices_shorter_than_indptr": ((ip, ix[:-1]), {}, "does not match len\\(indices\\)"),
         "values_length": ((ip, ix, np.ones(4)), {}, "one entry per nonzero \\(5\\)"),
         "values_2d": ((ip, ix, np.ones((5, 1))), {}, "values must be 1-D"),
         "indptr_start": ((np.array([1, 2, 4, 5]), ix), {}, "indptr\\[0\\] must be 0, got 1"),
         "indptr_decreasing": ((np.array([0, 3, 2, 5]), ix), {}, "indptr must be non-decreasing"),
-        "indptr_empty": ((np.zeros(0, np.int64), np.zeros(0, np.int64)), {}, "indptr must have n_rows \\+ 1"),
+        "indptr_empty": (
+            (np.zeros(0, np.int64), np.zeros(0, np.int64)),
+            {},
+            "indptr must have n_rows \\+ 1",
+        ),
         "float_indices": ((ip, ix.astype(np.float32)), {}, "indices must hold int32 or int64"),
         "uint16_indices": ((ip, ix.astype(np.uint16)), {}, "indices must hold int32 or int64"),
         "int16_indptr": ((ip.astype(np.int16), ix), {}, "indptr must hold int32 or int64"),
@@ -435,7 +489,7 @@ def test_a_device_without_a_builder_is_a_clear_error(monkeypatch):
 
 def test_sections_cited_from_the_format_document_exist():
     """Code and tests cite docs/FORMAT.md by section (§1.3): each cited section is a heading."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     text = (root / "docs/FORMAT.md").read_text()
     headings = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.M))
     cited = set()

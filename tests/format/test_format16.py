@@ -1,5 +1,6 @@
 """The 16x1 baseline format (flashgnn.format16) against a construction written from its
 definition with loops over windows, on random matrices and real graphs; entry points and errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +19,10 @@ def expected_arrays(a: sp.csr_matrix) -> dict[str, np.ndarray]:
     row_ptr, col_idx, values, vec_mask = [0], [], [], []
     slot_of = {}
     for w in range((n_rows + 15) // 16):
-        block_rows = a[16 * w:min(16 * w + 16, n_rows)].tocoo()
+        block_rows = a[16 * w : min(16 * w + 16, n_rows)].tocoo()
         cols = sorted(set(block_rows.col.tolist()))
         for b0 in range(0, len(cols), 8):
-            block_cols = cols[b0:b0 + 8]
+            block_cols = cols[b0 : b0 + 8]
             block = len(col_idx) // 8
             col_idx += block_cols + [block_cols[-1]] * (8 - len(block_cols))
             dense = np.zeros((16, 8))
@@ -38,22 +39,33 @@ def expected_arrays(a: sp.csr_matrix) -> dict[str, np.ndarray]:
     rows = np.repeat(np.arange(n_rows), np.diff(a.indptr))
     perm = [slot_of[(r, c)] for r, c in zip(rows, a.indices)]
     as_int16 = np.array(vec_mask, np.int64).astype(np.uint16).view(np.int16)
-    return {"row_ptr": np.array(row_ptr), "col_idx": np.array(col_idx, np.int64), "values": np.array(values),
-            "perm": np.array(perm, np.int64), "vec_mask": as_int16}
+    return {
+        "row_ptr": np.array(row_ptr),
+        "col_idx": np.array(col_idx, np.int64),
+        "values": np.array(values),
+        "perm": np.array(perm, np.int64),
+        "vec_mask": as_int16,
+    }
 
 
 def check_against_definition(a: sp.csr_matrix) -> Blocked16:
     fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data, n_cols=a.shape[1], vector=16)
     assert isinstance(fmt, Blocked16) and fmt.vector == 16 and fmt.shape == a.shape
     assert (fmt.row_ptr.dtype, fmt.col_idx.dtype, fmt.perm.dtype, fmt.vec_mask.dtype) == (
-        torch.int64, torch.int32, torch.int64, torch.int16)
+        torch.int64,
+        torch.int32,
+        torch.int64,
+        torch.int16,
+    )
     for name, want in expected_arrays(a).items():
         got = getattr(fmt, name).numpy()
         assert got.shape == want.shape and np.array_equal(got, want), name
     assert np.array_equal(fmt.to_dense().numpy(), a.toarray())
     c = fmt.slot_coords()
     assert np.array_equal(np.sort(c.slot.numpy()), np.sort(fmt.perm.numpy()))
-    decoded = sp.csr_matrix((fmt.values[c.slot].numpy(), (c.row.numpy(), c.col.numpy())), shape=a.shape)
+    decoded = sp.csr_matrix(
+        (fmt.values[c.slot].numpy(), (c.row.numpy(), c.col.numpy())), shape=a.shape
+    )
     assert (decoded != a).nnz == 0
     return fmt
 
@@ -62,10 +74,16 @@ def edge_cases(rng) -> dict[str, sp.csr_matrix]:
     """n not a multiple of 16, an empty window (rows 16..31), a window of exactly 8 columns
     (rows 48..63), a 200-nonzero row, dense, one-row, all-empty and zero-row matrices."""
     rows = [rng.integers(0, 75, 200), np.full(200, 40), 48 + rng.integers(0, 16, 8), np.full(9, 70)]
-    cols = [rng.integers(0, 300, 200), rng.choice(300, 200, replace=False), rng.choice(300, 8, replace=False),
-            rng.choice(300, 9, replace=False)]
+    cols = [
+        rng.integers(0, 300, 200),
+        rng.choice(300, 200, replace=False),
+        rng.choice(300, 8, replace=False),
+        rng.choice(300, 9, replace=False),
+    ]
     r, c = np.concatenate(rows), np.concatenate(cols)
-    keep = ((r < 16) | (r >= 32)) & ~((r >= 48) & (r < 64)) | (np.arange(len(r)) >= 400)  # rows 16..31 empty
+    keep = ((r < 16) | (r >= 32)) & ~((r >= 48) & (r < 64)) | (
+        np.arange(len(r)) >= 400
+    )  # rows 16..31 empty
     return {
         "edge_cases_75x300": csr_from_coo(r[keep], c[keep], (75, 300), rng, dtype=np.float32),
         "random_37x29": random_csr(37, 29, 0.3, rng, dtype=np.float32),
@@ -76,8 +94,17 @@ def edge_cases(rng) -> dict[str, sp.csr_matrix]:
     }
 
 
-@pytest.mark.parametrize("case", ["edge_cases_75x300", "random_37x29", "dense_16x16", "one_row_1x50",
-                                  "all_empty_20x5", "no_rows_0x4"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "edge_cases_75x300",
+        "random_37x29",
+        "dense_16x16",
+        "one_row_1x50",
+        "all_empty_20x5",
+        "no_rows_0x4",
+    ],
+)
 def test_matches_definition_on_random_matrices(case, rng):
     fmt = check_against_definition(edge_cases(rng)[case])
     if case == "edge_cases_75x300":
@@ -118,7 +145,7 @@ def test_counts_and_layout_sizes(rng):
     a = random_csr(50, 40, 0.2, rng)
     fmt = MEBCRS.from_csr(a.indptr, a.indices, a.data, vector=16)
     assert fmt.n_slots == fmt.values.numel() == 128 * fmt.n_blocks
-    windows = [len(set(a[16 * w:16 * w + 16].indices.tolist())) for w in range(4)]
+    windows = [len(set(a[16 * w : 16 * w + 16].indices.tolist())) for w in range(4)]
     assert fmt.n_vectors == sum(windows) and fmt.n_blocks == sum(-(-c // 8) for c in windows)
     assert fmt.n_cols == int(a.indices.max()) + 1  # n_cols defaults as for ME-BCRS
 

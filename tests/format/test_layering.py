@@ -1,5 +1,6 @@
 """The package's layers, read from the imports of its source (ast, no import): data flows one way,
 dataset -> Graph -> nn -> ops -> _cuda -> kernels, and the formats import no kernels."""
+
 from __future__ import annotations
 
 import ast
@@ -7,14 +8,24 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "flashgnn"
-FORMAT_MODULES = ("flashgnn.format", "flashgnn.format16", "flashgnn.windowed",
-                  "flashgnn.device_builders", "flashgnn.block_diagonal")
+FORMAT_MODULES = (
+    "flashgnn.format",
+    "flashgnn.format16",
+    "flashgnn.windowed",
+    "flashgnn.device_builders",
+    "flashgnn.block_diagonal",
+)
 # what the formats and the launchers both use: below every layer
 SHARED_BELOW = ("flashgnn.tensor_cache", "flashgnn.pattern_nnz")
-ABOVE_CUDA = FORMAT_MODULES + ("flashgnn.graph", "flashgnn.sampling", "flashgnn.ops", "flashgnn.nn",
-                               "flashgnn.models")
+ABOVE_CUDA = FORMAT_MODULES + (
+    "flashgnn.graph",
+    "flashgnn.sampling",
+    "flashgnn.ops",
+    "flashgnn.nn",
+    "flashgnn.models",
+)
 
 
 def _source_files() -> dict[str, tuple[Path, bool]]:
@@ -58,10 +69,16 @@ def _imports(name: str) -> list[Import]:
                     source = child.module
                 found.append(Import(source, at_import))
                 # `from package import module` imports the module too
-                found.extend(Import(f"{source}.{alias.name}", at_import) for alias in child.names
-                             if f"{source}.{alias.name}" in MODULES)
-            visit(child, at_import and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                 ast.Lambda)))
+                found.extend(
+                    Import(f"{source}.{alias.name}", at_import)
+                    for alias in child.names
+                    if f"{source}.{alias.name}" in MODULES
+                )
+            visit(
+                child,
+                at_import
+                and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)),
+            )
 
     visit(ast.parse(path.read_text()), True)
     return found
@@ -75,9 +92,13 @@ def _within(module: str, layer: str) -> bool:
 
 
 def _violations(importers, forbidden) -> list[str]:
-    return sorted(f"{name} imports {imp.target}" for name in MODULES
-                  if any(_within(name, i) for i in importers)
-                  for imp in IMPORTS[name] if any(_within(imp.target, f) for f in forbidden))
+    return sorted(
+        f"{name} imports {imp.target}"
+        for name in MODULES
+        if any(_within(name, i) for i in importers)
+        for imp in IMPORTS[name]
+        if any(_within(imp.target, f) for f in forbidden)
+    )
 
 
 def test_the_parser_sees_imports_at_every_level():
@@ -100,8 +121,17 @@ def test_format_modules_import_no_kernels_and_no_ops():
     assert _violations(FORMAT_MODULES, (f"{PACKAGE}._cuda", f"{PACKAGE}.ops")) == []
 
 
-@pytest.mark.parametrize("layer", ["flashgnn.graph", "flashgnn.sampling", "flashgnn.nn",
-                                   "flashgnn.models", "flashgnn.data", "flashgnn.training"])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        "flashgnn.graph",
+        "flashgnn.sampling",
+        "flashgnn.nn",
+        "flashgnn.models",
+        "flashgnn.data",
+        "flashgnn.training",
+    ],
+)
 def test_layers_above_ops_reach_kernels_only_through_ops(layer):
     assert _violations((layer,), (f"{PACKAGE}._cuda",)) == []
 
@@ -111,8 +141,9 @@ def test_cuda_launchers_import_nothing_above_them():
 
 
 def test_what_formats_and_launchers_share_imports_no_layer():
-    imported = {imp.target for name in SHARED_BELOW for imp in IMPORTS[name]
-                if _within(imp.target, PACKAGE)}
+    imported = {
+        imp.target for name in SHARED_BELOW for imp in IMPORTS[name] if _within(imp.target, PACKAGE)
+    }
     assert imported <= set(SHARED_BELOW)
 
 
@@ -126,7 +157,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = walk(nxt)
                 if found:

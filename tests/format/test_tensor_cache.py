@@ -1,5 +1,6 @@
 """TensorCache: hits while the tensor lives unchanged, misses after an in-place change, and
 holds no entry (nor the tensor) once the tensor is gone."""
+
 from __future__ import annotations
 
 import gc

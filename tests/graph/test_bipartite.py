@@ -7,6 +7,7 @@ for AGNN (whose PyG layer takes one tensor) the square graph on cat([feat_dst, f
 edges from node N_dst + j to node i. Gradients against PyG's, float64 gradcheck on the CPU,
 the GPU against the CPU.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,9 +22,9 @@ from torch_geometric.nn import GATConv as PygGATConv
 from flashgnn import Graph
 from flashgnn.nn import AGNNConv, GATConv, GCNConv
 from models import GCN
+from tests.graph.test_graph import FakeDGLGraph, random_block_edges
 from tests.helpers import host_syncs, needs_gpu
-from tests.test_graph import FakeDGLGraph, random_block_edges
-from tests.test_nn_layers import agnn_pair, assert_all_close, dgl_norm, gat_pair, gcn_pair
+from tests.nn.test_nn_layers import agnn_pair, assert_all_close, dgl_norm, gat_pair, gcn_pair
 
 N_SRC, N_DST = 53, 21
 
@@ -59,7 +60,9 @@ def test_gcn_block_matches_pyg_on_the_embedding_graph(rng):
     d_in = np.maximum(np.bincount(ei[1].numpy(), minlength=N_DST), 1)
     d_out = np.maximum(np.bincount(ei[0].numpy(), minlength=N_SRC), 1)
     norm = torch.from_numpy((d_in[ei[1]] * d_out[ei[0]]) ** -0.5).float()
-    assert torch.allclose(norm, dgl_norm(ei, N_SRC, "both"))  # the square graph has the same degrees
+    assert torch.allclose(
+        norm, dgl_norm(ei, N_SRC, "both")
+    )  # the square graph has the same degrees
     y, y_ref = ours(g, x), ref(x_ref, ei, norm)[:N_DST]
     assert y.shape == (N_DST, 5)
     assert_all_close([y], [y_ref])
@@ -80,7 +83,10 @@ def test_agnn_block_matches_pyg_on_the_embedding_graph(rng):
     assert y.shape == (N_DST, 7)
     assert_all_close([y], [y_ref])
     upstream = torch.randn_like(y)
-    assert_all_close(backward_grads(y, upstream, [x, ours.beta]), backward_grads(y_ref, upstream, [x_ref, ref.beta]))
+    assert_all_close(
+        backward_grads(y, upstream, [x, ours.beta]),
+        backward_grads(y_ref, upstream, [x_ref, ref.beta]),
+    )
 
 
 def test_agnn_pair_matches_pyg_on_the_concatenated_graph(rng):
@@ -115,16 +121,23 @@ def test_gat_block_and_pair_match_pyg(heads, residual, rng):
     assert y.shape == (N_DST, heads, 4) and torch.equal(ei_ref, g.edge_index)
     assert_all_close([y.flatten(1), att[..., 0]], [y_ref[:N_DST], att_ref])
     upstream = torch.randn(N_DST, heads * 4)
-    assert_all_close(backward_grads(y.flatten(1), upstream, [x] + params),
-                     backward_grads(y_ref[:N_DST], upstream, [x_ref] + ref_params))
+    assert_all_close(
+        backward_grads(y.flatten(1), upstream, [x] + params),
+        backward_grads(y_ref[:N_DST], upstream, [x_ref] + ref_params),
+    )
     # a pair: PyG's bipartite input
-    x_src, x_dst = torch.randn(N_SRC, 8, requires_grad=True), torch.randn(N_DST, 8, requires_grad=True)
+    x_src, x_dst = (
+        torch.randn(N_SRC, 8, requires_grad=True),
+        torch.randn(N_DST, 8, requires_grad=True),
+    )
     pair_ref = [t.detach().clone().requires_grad_() for t in (x_src, x_dst)]
     y = ours(g, (x_src, x_dst)).flatten(1)
     y_ref = ref(tuple(pair_ref), g.edge_index, size=(N_SRC, N_DST))
     assert_all_close([y], [y_ref])
-    assert_all_close(backward_grads(y, upstream, [x_src, x_dst] + params),
-                     backward_grads(y_ref, upstream, pair_ref + ref_params))
+    assert_all_close(
+        backward_grads(y, upstream, [x_src, x_dst] + params),
+        backward_grads(y_ref, upstream, pair_ref + ref_params),
+    )
 
 
 @pytest.mark.parametrize("residual", [False, True])
@@ -135,21 +148,32 @@ def test_gat_with_an_in_feats_pair_matches_pyg(residual, rng):
     ref = PygGATConv((8, 5), 4, 2, add_self_loops=False, residual=residual)
     with torch.no_grad():
         ours.bias.normal_()
-        for mine, theirs in [(ours.fc_src.weight, ref.lin_src.weight), (ours.fc_dst.weight, ref.lin_dst.weight),
-                             (ours.attn_l, ref.att_src), (ours.attn_r, ref.att_dst), (ours.bias, ref.bias)] + (
-                                [(ours.res_fc.weight, ref.res.weight)] if residual else []):
+        for mine, theirs in [
+            (ours.fc_src.weight, ref.lin_src.weight),
+            (ours.fc_dst.weight, ref.lin_dst.weight),
+            (ours.attn_l, ref.att_src),
+            (ours.attn_r, ref.att_dst),
+            (ours.bias, ref.bias),
+        ] + ([(ours.res_fc.weight, ref.res.weight)] if residual else []):
             theirs.copy_(mine)
     assert ours.fc is None and not any(k.startswith("fc.") for k in ours.state_dict())
-    x_src, x_dst = torch.randn(N_SRC, 8, requires_grad=True), torch.randn(N_DST, 5, requires_grad=True)
+    x_src, x_dst = (
+        torch.randn(N_SRC, 8, requires_grad=True),
+        torch.randn(N_DST, 5, requires_grad=True),
+    )
     pair_ref = [t.detach().clone().requires_grad_() for t in (x_src, x_dst)]
     y = ours(g, (x_src, x_dst)).flatten(1)
     y_ref = ref(tuple(pair_ref), g.edge_index, size=(N_SRC, N_DST))
     assert_all_close([y], [y_ref])
     upstream = torch.randn_like(y)
-    assert_all_close(backward_grads(y, upstream, [x_src, x_dst, ours.fc_src.weight, ours.fc_dst.weight]),
-                     backward_grads(y_ref, upstream, pair_ref + [ref.lin_src.weight, ref.lin_dst.weight]))
+    assert_all_close(
+        backward_grads(y, upstream, [x_src, x_dst, ours.fc_src.weight, ours.fc_dst.weight]),
+        backward_grads(y_ref, upstream, pair_ref + [ref.lin_src.weight, ref.lin_dst.weight]),
+    )
     assert len(list(ours.parameters())) == 5 + residual
-    with pytest.raises(ValueError, match=r"in_feats = \(8, 5\) .* takes a \(feat_src, feat_dst\) pair"):
+    with pytest.raises(
+        ValueError, match=r"in_feats = \(8, 5\) .* takes a \(feat_src, feat_dst\) pair"
+    ):
         ours(g, x_src)
     with pytest.raises(ValueError, match="expected 5 input features, got 8"):
         ours(g, (x_src, torch.randn(N_DST, 8)))
@@ -170,14 +194,18 @@ def gradcheck_pair(conv, graph, feats, names, **kwargs):
     """float64 gradcheck of conv(graph, feats) (a tensor or a pair) w.r.t. the features and the
     named parameters."""
     conv = conv.double()
-    params = {n: p.detach().clone().requires_grad_() for n, p in conv.named_parameters() if n in names}
+    params = {
+        n: p.detach().clone().requires_grad_() for n, p in conv.named_parameters() if n in names
+    }
     assert set(params) == set(names)
     pair = isinstance(feats, tuple)
     inputs = list(feats) if pair else [feats]
 
     def fn(*tensors):
         feat = tuple(tensors[:2]) if pair else tensors[0]
-        out = functional_call(conv, dict(zip(params, tensors[len(inputs):])), (graph, feat), kwargs)
+        out = functional_call(
+            conv, dict(zip(params, tensors[len(inputs) :])), (graph, feat), kwargs
+        )
         return out[0] if isinstance(out, tuple) else out
 
     assert torch.autograd.gradcheck(fn, inputs + list(params.values()), eps=1e-6, atol=1e-7)
@@ -193,8 +221,13 @@ def test_gradcheck_bipartite(pair, rng):
 
     gradcheck_pair(GCNConv(3, 2, norm="both"), g, feats(3), ["weight", "bias"])
     gradcheck_pair(AGNNConv(0.8), g, feats(4), ["beta"])
-    gradcheck_pair(GATConv(3, 2, 2, residual=True), g, feats(3),
-                   ["fc.weight", "attn_l", "attn_r", "bias", "res_fc.weight"], get_attention=True)
+    gradcheck_pair(
+        GATConv(3, 2, 2, residual=True),
+        g,
+        feats(3),
+        ["fc.weight", "attn_l", "attn_r", "bias", "res_fc.weight"],
+        get_attention=True,
+    )
 
 
 def test_model_takes_one_block_per_layer(rng):
@@ -221,8 +254,13 @@ def test_bad_bipartite_inputs(rng):
         GATConv(4, 2, 1)(g, (torch.randn(N_SRC, 4), torch.randn(N_DST, 4, dtype=torch.float64)))
     with pytest.raises(ValueError, match=r"a feature pair must be \(feat_src, feat_dst\)"):
         AGNNConv()(g, (torch.randn(N_SRC, 4),))
-    wide = Graph.from_edge_index(torch.tensor([[0, 1], [4, 2]]), (2, 5))  # more destinations than sources
-    for conv in (AGNNConv(allow_zero_in_degree=True), GATConv(3, 2, 1, residual=True, allow_zero_in_degree=True)):
+    wide = Graph.from_edge_index(
+        torch.tensor([[0, 1], [4, 2]]), (2, 5)
+    )  # more destinations than sources
+    for conv in (
+        AGNNConv(allow_zero_in_degree=True),
+        GATConv(3, 2, 1, residual=True, allow_zero_in_degree=True),
+    ):
         with pytest.raises(ValueError, match="destination"):
             conv(wide, torch.randn(2, 3))
     assert GCNConv(3, 2, allow_zero_in_degree=True)(wide, torch.randn(2, 3)).shape == (5, 2)
@@ -231,15 +269,23 @@ def test_bad_bipartite_inputs(rng):
 @needs_gpu
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 @pytest.mark.parametrize("pair", [False, True], ids=["block", "pair"])
-@pytest.mark.parametrize("make", [lambda p: GCNConv(9, 6, precision=p), lambda p: AGNNConv(0.8, precision=p),
-                                  lambda p: GATConv(9, 4, 3, residual=True, precision=p)],
-                         ids=["gcn", "agnn", "gat"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: GCNConv(9, 6, precision=p),
+        lambda p: AGNNConv(0.8, precision=p),
+        lambda p: GATConv(9, 4, 3, residual=True, precision=p),
+    ],
+    ids=["gcn", "agnn", "gat"],
+)
 def test_gpu_matches_cpu_on_blocks(make, pair, precision, rng):
     g = block_graph(rng, n_src=700, n_dst=300)
     cpu = make(precision)
     gpu = make(precision).cuda()
     gpu.load_state_dict(cpu.state_dict())
-    feats = [torch.randn(700, 9, requires_grad=True)] + ([torch.randn(300, 9, requires_grad=True)] if pair else [])
+    feats = [torch.randn(700, 9, requires_grad=True)] + (
+        [torch.randn(300, 9, requires_grad=True)] if pair else []
+    )
     feats_gpu = [t.detach().cuda().requires_grad_() for t in feats]
     y = cpu(g, tuple(feats) if pair else feats[0])
     y_gpu = gpu(g.to("cuda"), tuple(feats_gpu) if pair else feats_gpu[0])
@@ -251,15 +297,22 @@ def test_gpu_matches_cpu_on_blocks(make, pair, precision, rng):
 
 
 def load_example():
-    path = Path(__file__).resolve().parents[1] / "examples" / "dgl_style_model.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "dgl_style_model.py"
     spec = importlib.util.spec_from_file_location("dgl_style_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.parametrize("make", [lambda: GCNConv(6, 6, norm="right"), lambda: AGNNConv(0.7),
-                                  lambda: GATConv(6, 3, 2, residual=True)], ids=["gcn", "agnn", "gat"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GCNConv(6, 6, norm="right"),
+        lambda: AGNNConv(0.7),
+        lambda: GATConv(6, 3, 2, residual=True),
+    ],
+    ids=["gcn", "agnn", "gat"],
+)
 def test_blocks_of_every_in_edge_give_the_full_graph_output(make, rng):
     """Two layers on the example's sampled blocks, with a fanout above every in-degree (so each
     block keeps all in-edges of its destinations), equal the full-graph layers at the seeds:
@@ -267,7 +320,9 @@ def test_blocks_of_every_in_edge_give_the_full_graph_output(make, rng):
     mean agree. (GCN's "both" uses the block's out-degrees, as DGL's does, so "right" here.)"""
     example = load_example()
     n = 90
-    g = Graph.from_edge_index(torch.from_numpy(np.stack(np.nonzero(rng.random((n, n)) < 0.05))), n).add_self_loops()
+    g = Graph.from_edge_index(
+        torch.from_numpy(np.stack(np.nonzero(rng.random((n, n)) < 0.05))), n
+    ).add_self_loops()
     src, dst = g.edge_index
     tiny = example.TinyDGLGraph(src, dst, n)
     x = torch.randn(n, 6, dtype=torch.float64)

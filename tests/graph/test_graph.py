@@ -1,4 +1,5 @@
 """flashgnn.Graph: constructors, the A[dst, src] convention, edge order, caching, errors."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -31,7 +32,9 @@ class FakeDGLGraph:
         self.edata = dict(edata or {})
         if empty_eids:  # ids are CSC positions: the edges must come grouped by dst
             order = torch.arange(len(self.src))
-            assert bool((self.dst[1:] >= self.dst[:-1]).all()), "empty eids need edges sorted by dst"
+            assert bool((self.dst[1:] >= self.dst[:-1]).all()), (
+                "empty eids need edges sorted by dst"
+            )
             self._eids = torch.empty(0, dtype=torch.int64)
         else:  # group by dst, shuffled within
             order = torch.from_numpy(rng.permutation(len(self.src)))
@@ -67,8 +70,11 @@ def random_edges(n, density, rng):
     m = random_csr(n, n, density, rng)  # rows = dst
     dst = np.repeat(np.arange(n), np.diff(m.indptr))
     order = rng.permutation(m.nnz)
-    return (torch.from_numpy(m.indices[order].astype(np.int64)), torch.from_numpy(dst[order]),
-            torch.from_numpy(m.data[order].astype(np.float32)))
+    return (
+        torch.from_numpy(m.indices[order].astype(np.int64)),
+        torch.from_numpy(dst[order]),
+        torch.from_numpy(m.data[order].astype(np.float32)),
+    )
 
 
 def dense_of_edges(src, dst, weight, n, n_dst=None):
@@ -82,12 +88,20 @@ def random_block_edges(n_src, n_dst, density, rng):
     """(src, dst, weight) of a random bipartite graph from n_src sources to n_dst destinations
     (every destination with an in-edge), in a random edge order."""
     m = random_csr(n_dst, n_src, density, rng)
-    m = (m + sp.csr_matrix((np.ones(n_dst), (np.arange(n_dst), rng.integers(0, n_src, n_dst))),
-                           shape=(n_dst, n_src))).tocsr()
+    m = (
+        m
+        + sp.csr_matrix(
+            (np.ones(n_dst), (np.arange(n_dst), rng.integers(0, n_src, n_dst))),
+            shape=(n_dst, n_src),
+        )
+    ).tocsr()
     dst = np.repeat(np.arange(n_dst), np.diff(m.indptr))
     order = rng.permutation(m.nnz)
-    return (torch.from_numpy(m.indices[order].astype(np.int64)), torch.from_numpy(dst[order]),
-            torch.from_numpy(m.data[order].astype(np.float32)))
+    return (
+        torch.from_numpy(m.indices[order].astype(np.int64)),
+        torch.from_numpy(dst[order]),
+        torch.from_numpy(m.data[order].astype(np.float32)),
+    )
 
 
 def test_from_edge_index_is_a_dst_by_src_matrix():
@@ -112,17 +126,22 @@ def test_constructors_agree(rng):
 
     graphs = {
         "edge_index": Graph.from_edge_index(torch.stack([src, dst]), n, edge_weight=w),
-        "edge_index_numpy_int32": Graph.from_edge_index(np.stack([src.numpy(), dst.numpy()]).astype(np.int32),
-                                                        n, edge_weight=w.numpy()),
+        "edge_index_numpy_int32": Graph.from_edge_index(
+            np.stack([src.numpy(), dst.numpy()]).astype(np.int32), n, edge_weight=w.numpy()
+        ),
         "scipy": Graph.from_scipy(m),
         "scipy_coo": Graph.from_scipy(m.tocoo()),
         "csr": Graph.from_csr(m.indptr, m.indices, n, edge_weight=torch.from_numpy(m.data)),
-        "torch_coo": Graph.from_torch_sparse(torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n))),
-        "torch_csr": Graph.from_torch_sparse(torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n))
-                                             .to_sparse_csr()),
+        "torch_coo": Graph.from_torch_sparse(
+            torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n))
+        ),
+        "torch_csr": Graph.from_torch_sparse(
+            torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n)).to_sparse_csr()
+        ),
         "pyg": Graph.from_pyg(Data(edge_index=torch.stack([src, dst]), edge_weight=w, num_nodes=n)),
-        "pyg_edge_attr": Graph.from_pyg(Data(edge_index=torch.stack([src, dst]), edge_attr=w[:, None],
-                                             num_nodes=n)),
+        "pyg_edge_attr": Graph.from_pyg(
+            Data(edge_index=torch.stack([src, dst]), edge_attr=w[:, None], num_nodes=n)
+        ),
         "dgl": Graph.from_dgl(FakeDGLGraph(src, dst, n, rng), edge_weight=w),
     }
     in_deg = np.bincount(dst.numpy(), minlength=n)
@@ -149,17 +168,28 @@ def test_bipartite_constructors_agree(rng):
     graphs = {
         "edge_index": Graph.from_edge_index(torch.stack([src, dst]), (n_src, n_dst), edge_weight=w),
         "scipy": Graph.from_scipy(m),
-        "csr": Graph.from_csr(m.indptr, m.indices, (n_src, n_dst), edge_weight=torch.from_numpy(m.data)),
+        "csr": Graph.from_csr(
+            m.indptr, m.indices, (n_src, n_dst), edge_weight=torch.from_numpy(m.data)
+        ),
         "torch_coo": Graph.from_torch_sparse(coo),
         "torch_csr": Graph.from_torch_sparse(coo.to_sparse_csr()),
-        "dgl_block": Graph.from_dgl(FakeDGLGraph(src, dst, n_src, rng, num_dst=n_dst), edge_weight=w),
+        "dgl_block": Graph.from_dgl(
+            FakeDGLGraph(src, dst, n_src, rng, num_dst=n_dst), edge_weight=w
+        ),
     }
     for name, g in graphs.items():
         assert g.is_bipartite and g.node_counts == (n_src, n_dst), name
-        assert g.adj().shape == (n_dst, n_src) and g.adj().transpose().fmt.shape == (n_src, n_dst), name
+        assert g.adj().shape == (n_dst, n_src) and g.adj().transpose().fmt.shape == (
+            n_src,
+            n_dst,
+        ), name
         np.testing.assert_array_equal(g.adj().to_dense().double().numpy(), ref, err_msg=name)
-        np.testing.assert_array_equal(g.in_degrees().numpy(), np.bincount(dst.numpy(), minlength=n_dst))
-        np.testing.assert_array_equal(g.out_degrees().numpy(), np.bincount(src.numpy(), minlength=n_src))
+        np.testing.assert_array_equal(
+            g.in_degrees().numpy(), np.bincount(dst.numpy(), minlength=n_dst)
+        )
+        np.testing.assert_array_equal(
+            g.out_degrees().numpy(), np.bincount(src.numpy(), minlength=n_src)
+        )
     g = graphs["dgl_block"]
     assert torch.equal(g.edge_index, torch.stack([src, dst])) and torch.equal(g.edge_weight, w)
     assert "num_src_nodes=37, num_dst_nodes=21" in repr(g)
@@ -180,14 +210,17 @@ def test_edge_values_follow_edge_ids(rng):
     n = 29
     src, dst, _ = random_edges(n, 0.15, rng)
     values = torch.from_numpy(rng.standard_normal(len(src)))
-    for g in (Graph.from_edge_index(torch.stack([src, dst]), n),
-              Graph.from_dgl(FakeDGLGraph(src, dst, n, rng))):
+    for g in (
+        Graph.from_edge_index(torch.stack([src, dst]), n),
+        Graph.from_dgl(FakeDGLGraph(src, dst, n, rng)),
+    ):
         for k in (8, 4):
             fmt = g.adj(k)
             placed = g.edge_values(values, k)
             assert placed.shape == (8 * fmt.n_vectors,)
-            np.testing.assert_array_equal(fmt.with_values(placed).to_dense().numpy(),
-                                          dense_of_edges(src, dst, values, n))
+            np.testing.assert_array_equal(
+                fmt.with_values(placed).to_dense().numpy(), dense_of_edges(src, dst, values, n)
+            )
             assert torch.equal(placed[g.edge_slots(k)], values)
     with pytest.raises(ValueError, match="one value per edge"):
         g.edge_values(values[:-1])
@@ -207,7 +240,9 @@ def test_fake_dgl_contract(rng):
     # empty eids mean consecutive ids in CSC order
     order = torch.sort(dst, stable=True).indices
     sorted_fake = FakeDGLGraph(src[order], dst[order], n, np.random.default_rng(0), empty_eids=True)
-    assert torch.equal(Graph.from_dgl(sorted_fake).edge_index, torch.stack([src[order], dst[order]]))
+    assert torch.equal(
+        Graph.from_dgl(sorted_fake).edge_index, torch.stack([src[order], dst[order]])
+    )
     # layers take the DGL object directly: converted once, then remembered
     assert as_graph(fake) is as_graph(fake)
 
@@ -228,9 +263,13 @@ def test_add_self_loops(rng):
 
 
 def test_matrix_duplicates_are_summed_and_edge_lists_rejected():
-    m = sp.coo_matrix((np.array([1.0, 2.0, 5.0]), (np.array([1, 1, 0]), np.array([0, 0, 1]))), shape=(2, 2))
+    m = sp.coo_matrix(
+        (np.array([1.0, 2.0, 5.0]), (np.array([1, 1, 0]), np.array([0, 0, 1]))), shape=(2, 2)
+    )
     assert Graph.from_scipy(m).adj().to_dense().tolist() == [[0.0, 5.0], [3.0, 0.0]]
-    t = torch.sparse_coo_tensor(torch.tensor([[1, 1, 0], [0, 0, 1]]), torch.tensor([1.0, 2.0, 5.0]), (2, 2))
+    t = torch.sparse_coo_tensor(
+        torch.tensor([[1, 1, 0], [0, 0, 1]]), torch.tensor([1.0, 2.0, 5.0]), (2, 2)
+    )
     assert Graph.from_torch_sparse(t).adj().to_dense().tolist() == [[0.0, 5.0], [3.0, 0.0]]
     with pytest.raises(ValueError, match=r"duplicate edge 0 -> 1 \(edges 0 and 2\)"):
         Graph.from_edge_index(torch.tensor([[0, 1, 0], [1, 0, 1]]))
@@ -282,8 +321,11 @@ def test_adj_transpose_from_the_graph_csr_equals_the_decoded_one(nodes, k, rng):
     src = torch.from_numpy(rng.integers(0, n_src, 200))
     dst = torch.from_numpy(rng.integers(0, n_dst, 200))
     key = torch.unique(dst * n_src + src)
-    g = Graph.from_edge_index(torch.stack([key % n_src, key // n_src]), nodes,
-                              edge_weight=torch.from_numpy(rng.random(key.numel())).float())
+    g = Graph.from_edge_index(
+        torch.stack([key % n_src, key // n_src]),
+        nodes,
+        edge_weight=torch.from_numpy(rng.random(key.numel())).float(),
+    )
     a = g.adj(k)
     assert a._csr is not None
     bare = replace(a, _transpose=None, _csr=None)
@@ -304,7 +346,9 @@ def test_adj_heads_cached_and_one_head_is_adj(k, rng):
     assert three.values.stride() == (0,) and not three.values.any()  # the pattern only
     a = g.adj(k)
     dense = three.with_values(a.values.repeat(3)).to_dense()
-    assert torch.equal(dense, torch.block_diag(*[F.pad(a.to_dense(), (0, 2, 0, 2))] * 3))  # 30 -> 32
+    assert torch.equal(
+        dense, torch.block_diag(*[F.pad(a.to_dense(), (0, 2, 0, 2))] * 3)
+    )  # 30 -> 32
 
 
 def test_gcn_values_normalisation(rng):
@@ -314,16 +358,24 @@ def test_gcn_values_normalisation(rng):
     d_in = np.maximum(np.bincount(dst.numpy(), minlength=n), 1).astype(np.float64)
     d_out = np.maximum(np.bincount(src.numpy(), minlength=n), 1).astype(np.float64)
     s, d = src.numpy(), dst.numpy()
-    expected = {"both": 1 / np.sqrt(d_in[d] * d_out[s]), "right": 1 / d_in[d], "left": 1 / d_out[s],
-                "none": np.ones(len(s))}
+    expected = {
+        "both": 1 / np.sqrt(d_in[d] * d_out[s]),
+        "right": 1 / d_in[d],
+        "left": 1 / d_out[s],
+        "none": np.ones(len(s)),
+    }
     other = torch.from_numpy(rng.uniform(0.5, 2.0, len(s)))
     for norm, factor in expected.items():
         dense = g.adj().with_values(g.gcn_values(norm, 8, torch.float64)).to_dense().numpy()
-        np.testing.assert_allclose(dense, dense_of_edges(src, dst, w.double() * torch.from_numpy(factor), n),
-                                   rtol=1e-7)
-        given = g.adj(4).with_values(g.gcn_values(norm, 4, torch.float64, edge_weight=other)).to_dense()
-        np.testing.assert_allclose(given.numpy(), dense_of_edges(src, dst, other * torch.from_numpy(factor), n),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            dense, dense_of_edges(src, dst, w.double() * torch.from_numpy(factor), n), rtol=1e-7
+        )
+        given = (
+            g.adj(4).with_values(g.gcn_values(norm, 4, torch.float64, edge_weight=other)).to_dense()
+        )
+        np.testing.assert_allclose(
+            given.numpy(), dense_of_edges(src, dst, other * torch.from_numpy(factor), n), rtol=1e-12
+        )
     with pytest.raises(ValueError, match="norm must be one of"):
         g.gcn_values("sym")
 
@@ -340,8 +392,18 @@ BAD_EDGE_INDEX = [
     (torch.tensor([[0], [1]]), (3,), ValueError, r"a pair \(num_src, num_dst\)"),
     (torch.tensor([[0], [1]]), (3, -2), ValueError, "num_dst must be >= 0"),
     (torch.tensor([[0], [1]]), (3, 1.5), TypeError, "num_dst must be an int"),
-    (torch.tensor([[2], [0]]), (2, 3), ValueError, r"node id 2 in edge_index\[0\] \(sources\) .* for 2 nodes"),
-    (torch.tensor([[0], [3]]), (4, 3), ValueError, r"node id 3 in edge_index\[1\] \(destinations\)"),
+    (
+        torch.tensor([[2], [0]]),
+        (2, 3),
+        ValueError,
+        r"node id 2 in edge_index\[0\] \(sources\) .* for 2 nodes",
+    ),
+    (
+        torch.tensor([[0], [3]]),
+        (4, 3),
+        ValueError,
+        r"node id 3 in edge_index\[1\] \(destinations\)",
+    ),
 ]
 
 
@@ -389,8 +451,11 @@ def test_zero_in_degree_known_from_every_constructor(isolated, rng):
     """The CSR constructors read it with their checks; the others compute it on demand."""
     src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 1 if isolated else 0])
     from_edges = Graph.from_edge_index(torch.stack([src, dst]), 4)
-    for g in (Graph.from_dgl(FakeDGLGraph(src, dst, 4, rng)), from_edges,
-              Graph.from_csr(from_edges.indptr, from_edges.indices)):
+    for g in (
+        Graph.from_dgl(FakeDGLGraph(src, dst, 4, rng)),
+        from_edges,
+        Graph.from_csr(from_edges.indptr, from_edges.indices),
+    ):
         assert g.has_zero_in_degree() is isolated
         assert bool((g.in_degrees() == 0).any()) is isolated
 
@@ -412,8 +477,12 @@ def test_gcn_norm_values_op_on_a_csr_and_its_format(norm, rng):
     got = gcn_norm_values(fmt, indptr, indices, 21, norm, torch.float64, weight)
     d_in = np.maximum(np.diff(a.indptr), 1)[:, None]
     d_out = np.maximum(np.bincount(a.indices, minlength=21), 1)[None, :]
-    scale = {"both": 1 / np.sqrt(d_in * d_out), "right": 1 / d_in + 0 * d_out,
-             "left": 1 / d_out + 0 * d_in, "none": np.ones((13, 21))}[norm]
+    scale = {
+        "both": 1 / np.sqrt(d_in * d_out),
+        "right": 1 / d_in + 0 * d_out,
+        "left": 1 / d_out + 0 * d_in,
+        "none": np.ones((13, 21)),
+    }[norm]
     weighted = sp.csr_matrix((weight.numpy(), a.indices, a.indptr), shape=(13, 21)).toarray()
     assert got.dtype == torch.float64
     dense = fmt.with_values(got).to_dense().numpy()

@@ -1,6 +1,7 @@
 """NeighborSampler (flashgnn/sampling.py): the blocks hold real edges of the graph with their
 weights, min(fanout, in-degree) in-edges per destination drawn uniformly, DGL's node order,
 and with every in-edge kept they give the full-graph output on the seeds."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,20 +42,24 @@ def test_blocks_hold_sampled_in_edges_in_dgl_order(fanouts, device, rng):
     input_nodes, blocks = NeighborSampler(g, fanouts).sample(seeds, gen)
     assert len(blocks) == len(fanouts)
     ids = input_nodes.cpu()
-    assert torch.equal(ids[:seeds.numel()], seeds.cpu()) and ids.unique().numel() == ids.numel()
+    assert torch.equal(ids[: seeds.numel()], seeds.cpu()) and ids.unique().numel() == ids.numel()
     assert blocks[0].num_src_nodes == ids.numel() and blocks[-1].num_dst_nodes == seeds.numel()
     in_degree = g.in_degrees().cpu()
     for i, (block, fanout) in enumerate(zip(blocks, fanouts)):
         assert block.device == g.device
         if i + 1 < len(blocks):
             assert block.num_dst_nodes == blocks[i + 1].num_src_nodes
-        src_ids, dst_ids = ids[:block.num_src_nodes], ids[:block.num_dst_nodes]
+        src_ids, dst_ids = ids[: block.num_src_nodes], ids[: block.num_dst_nodes]
         # new sources come after the destinations, in increasing id order
-        assert torch.equal(src_ids[block.num_dst_nodes:], src_ids[block.num_dst_nodes:].sort().values)
+        assert torch.equal(
+            src_ids[block.num_dst_nodes :], src_ids[block.num_dst_nodes :].sort().values
+        )
         w = dense_weights(block)
         sampled = w != 0
         # every block edge is a graph edge with its weight
-        assert torch.equal(w[sampled], full[dst_ids[:, None].expand_as(w), src_ids[None, :].expand_as(w)][sampled])
+        assert torch.equal(
+            w[sampled], full[dst_ids[:, None].expand_as(w), src_ids[None, :].expand_as(w)][sampled]
+        )
         want = in_degree[dst_ids] if fanout == -1 else in_degree[dst_ids].clamp(max=fanout)
         assert torch.equal(sampled.sum(1), want)
         assert block.has_zero_in_degree() is False
@@ -115,12 +120,21 @@ def test_every_in_edge_kept_gives_the_full_graph_output(fanout, model, device, r
     g = random_graph(rng, device=device)
     assert int(g.in_degrees().max()) <= 64
     torch.manual_seed(0)
-    net = (GCN(6, 8, 3, num_layers=2, dropout=0.0, norm="right") if model == "gcn"
-           else AGNN(6, 8, 3, num_layers=2, dropout=0.0)).to(device).double()
+    net = (
+        (
+            GCN(6, 8, 3, num_layers=2, dropout=0.0, norm="right")
+            if model == "gcn"
+            else AGNN(6, 8, 3, num_layers=2, dropout=0.0)
+        )
+        .to(device)
+        .double()
+    )
     x = torch.randn(g.num_nodes, 6, dtype=torch.float64, device=device)
     seeds = torch.tensor([5, 77, 0, 31], device=device)
     input_nodes, blocks = NeighborSampler(g, [fanout, fanout]).sample(seeds)
-    torch.testing.assert_close(net(blocks, x[input_nodes]), net(g, x)[seeds], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        net(blocks, x[input_nodes]), net(g, x)[seeds], rtol=1e-10, atol=1e-12
+    )
 
 
 def test_bad_inputs(rng):

@@ -1,5 +1,6 @@
 """flashgnn.models: each network against the same network built from PyG layers (weights
 mapped, eval mode), build_model, dropout, precision plumbing and a short training run."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,9 @@ from torch_geometric.nn import GCNConv as PygGCNConv
 import flashgnn
 from flashgnn import Graph
 from flashgnn.models import AGNN, GAT, GCN, build_model
+from tests.graph.test_graph import FakeDGLGraph
 from tests.helpers import rel_err
-from tests.test_graph import FakeDGLGraph
-from tests.test_nn_layers import random_graph
+from tests.nn.test_nn_layers import random_graph
 
 TOL = 1e-5
 
@@ -60,9 +61,11 @@ def test_gat_matches_pyg_stack(concat, rng):
     g = undirected_graph(rng)
     model = GAT(9, 5, 4, num_layers=3, heads=3, out_heads=2, concat=concat).eval()
     hidden = 5 * 3 if concat else 5
-    refs = [PygGATConv(9, 5, 3, concat=concat, add_self_loops=False),
-            PygGATConv(hidden, 5, 3, concat=concat, add_self_loops=False),
-            PygGATConv(hidden, 4, 2, concat=False, add_self_loops=False)]
+    refs = [
+        PygGATConv(9, 5, 3, concat=concat, add_self_loops=False),
+        PygGATConv(hidden, 5, 3, concat=concat, add_self_loops=False),
+        PygGATConv(hidden, 4, 2, concat=False, add_self_loops=False),
+    ]
     with torch.no_grad():
         for layer, ref in zip(model.layers, refs):
             layer.bias.normal_()
@@ -137,8 +140,12 @@ def planted_partition(rng, n=240, classes=3, feats=16):
 def test_models_learn(name, rng):
     g, x, y = planted_partition(rng)
     train = torch.from_numpy(rng.random(g.num_nodes) < 0.5)
-    model = build_model(name, x.shape[1], 3, **({"dropout": 0.2} if name != "gat" else {"feat_drop": 0.2,
-                                                                                            "attn_drop": 0.2}))
+    model = build_model(
+        name,
+        x.shape[1],
+        3,
+        **({"dropout": 0.2} if name != "gat" else {"feat_drop": 0.2, "attn_drop": 0.2}),
+    )
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
     with flashgnn.precision("fp16"):
         for _ in range(40):

@@ -7,6 +7,7 @@ computed here in NumPy as its edge weights; on undirected graphs (and cora) its 
 normalisation is used. PyG's AGNNConv and GATConv run with ``add_self_loops=False`` on the
 edge_index of a flashgnn Graph to which the loops were added explicitly.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,8 @@ from torch_geometric.nn import GCNConv as PygGCNConv
 import flashgnn
 from flashgnn import Graph
 from flashgnn.nn import AGNNConv, GATConv, GCNConv, ZeroInDegreeError
-from tests.helpers import GPU, data_dir, needs_gpu, rel_err, random_csr
-from tests.test_graph import FakeDGLGraph
+from tests.graph.test_graph import FakeDGLGraph
+from tests.helpers import GPU, data_dir, needs_gpu, random_csr, rel_err
 
 FP32_TOL = 1e-5
 # relative (Frobenius) error against PyG in fp32, measured on cora at about 3e-5 (fp16, tf32:
@@ -50,8 +51,12 @@ def dgl_norm(edge_index: torch.Tensor, n: int, norm: str) -> torch.Tensor:
     src, dst = edge_index.numpy()
     d_in = np.maximum(np.bincount(dst, minlength=n), 1).astype(np.float64)
     d_out = np.maximum(np.bincount(src, minlength=n), 1).astype(np.float64)
-    factor = {"both": (d_in[dst] * d_out[src]) ** -0.5, "right": 1 / d_in[dst], "left": 1 / d_out[src],
-              "none": np.ones(len(src))}[norm]
+    factor = {
+        "both": (d_in[dst] * d_out[src]) ** -0.5,
+        "right": 1 / d_in[dst],
+        "left": 1 / d_out[src],
+        "none": np.ones(len(src)),
+    }[norm]
     return torch.from_numpy(factor.astype(np.float32))
 
 
@@ -95,9 +100,17 @@ def agnn_pair(beta=0.7, **kwargs):
 
 
 def gat_pair(in_feats, out_feats, heads, residual=False, negative_slope=0.2, **kwargs):
-    ours = GATConv(in_feats, out_feats, heads, negative_slope=negative_slope, residual=residual, **kwargs)
-    ref = PygGATConv(in_feats, out_feats, heads, negative_slope=negative_slope, add_self_loops=False,
-                     residual=residual)
+    ours = GATConv(
+        in_feats, out_feats, heads, negative_slope=negative_slope, residual=residual, **kwargs
+    )
+    ref = PygGATConv(
+        in_feats,
+        out_feats,
+        heads,
+        negative_slope=negative_slope,
+        add_self_loops=False,
+        residual=residual,
+    )
     with torch.no_grad():
         ours.bias.normal_()
         ref.lin.weight.copy_(ours.fc.weight)
@@ -105,7 +118,11 @@ def gat_pair(in_feats, out_feats, heads, residual=False, negative_slope=0.2, **k
         ref.att_dst.copy_(ours.attn_r)
         ref.bias.copy_(ours.bias)
         if residual:
-            res = ours.res_fc.weight if isinstance(ours.res_fc, torch.nn.Linear) else torch.eye(in_feats)
+            res = (
+                ours.res_fc.weight
+                if isinstance(ours.res_fc, torch.nn.Linear)
+                else torch.eye(in_feats)
+            )
             ref.res.weight.copy_(res)
     return ours, ref
 
@@ -134,8 +151,10 @@ def test_gcn_directed_weighted_matches_pyg(norm, in_feats, out_feats, rng):
     upstream = torch.randn_like(y)
     (y * upstream).sum().backward()
     (y_ref * upstream).sum().backward()
-    assert_all_close(grads(x, w, ours.bias) + [ours.weight.grad.t()],
-                     grads(x_ref, w_ref, ref.bias) + [ref.lin.weight.grad])
+    assert_all_close(
+        grads(x, w, ours.bias) + [ours.weight.grad.t()],
+        grads(x_ref, w_ref, ref.bias) + [ref.lin.weight.grad],
+    )
 
 
 def test_gcn_graph_weights_and_external_weight(rng):
@@ -148,7 +167,10 @@ def test_gcn_graph_weights_and_external_weight(rng):
     assert_all_close([ours(weighted, x)], [ours(g, x, edge_weight=w)])
     external = GCNConv(6, 4, norm="right", weight=False, bias=False)
     assert_all_close([external(g, x, weight=ours.weight) + ours.bias], [ours(g, x)])
-    assert_all_close([external(g, x)], [ref.propagate(g.edge_index, x=x, edge_weight=dgl_norm(g.edge_index, 40, "right"))])
+    assert_all_close(
+        [external(g, x)],
+        [ref.propagate(g.edge_index, x=x, edge_weight=dgl_norm(g.edge_index, 40, "right"))],
+    )
     with pytest.raises(ValueError, match="weight=False"):
         ours(g, x, weight=ours.weight)
     with pytest.raises(ValueError, match="norm must be one of"):
@@ -225,13 +247,17 @@ def test_agnn_cora_matches_pyg():
 
 # ---------------------------------------------------------------------------- GAT
 @pytest.mark.parametrize("symmetric", [False, True])
-@pytest.mark.parametrize("in_feats, residual, heads", [(7, False, 3), (7, True, 3), (12, True, 3), (7, False, 1)])
+@pytest.mark.parametrize(
+    "in_feats, residual, heads", [(7, False, 3), (7, True, 3), (12, True, 3), (7, False, 1)]
+)
 @pytest.mark.parametrize("returned", [False, True], ids=["one node", "with attention"])
 def test_gat_matches_pyg(symmetric, in_feats, residual, heads, returned, rng):
     """Both paths: the one-node attention (ops.gat_attention) and the composed ops that also
     return the attention."""
     g = random_graph(60, 0.07, rng, symmetric)
-    ours, ref = gat_pair(in_feats, 4, heads, residual=residual, negative_slope=0.15)  # 12 = 3 heads x 4: identity
+    ours, ref = gat_pair(
+        in_feats, 4, heads, residual=residual, negative_slope=0.15
+    )  # 12 = 3 heads x 4: identity
     x = torch.randn(g.num_nodes, in_feats, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
     y, att = ours(g, x, get_attention=True) if returned else (ours(g, x), None)
@@ -261,7 +287,9 @@ def test_gat_attention_dropout_and_edge_weight(rng):
     y, att = conv(g, x, get_attention=True)
     kept = att != 0
     assert 0.3 < kept.float().mean() < 0.7
-    assert torch.allclose(att[kept], 2 * att_eval[kept])  # inverted dropout scales survivors by 1/(1-p)
+    assert torch.allclose(
+        att[kept], 2 * att_eval[kept]
+    )  # inverted dropout scales survivors by 1/(1-p)
     # the output aggregates exactly the returned (dropped) attention
     ft = conv.fc(x).view(-1, 2, 3)
     src, dst = g.edge_index
@@ -302,14 +330,20 @@ def small_directed_graph() -> Graph:
 def gradcheck_module(conv, graph, inputs: dict, names, kwargs=None):
     """gradcheck of conv(graph, **inputs) in float64 w.r.t. the inputs and the named parameters."""
     conv = conv.double()
-    params = {name: p.detach().clone().requires_grad_() for name, p in conv.named_parameters() if name in names}
+    params = {
+        name: p.detach().clone().requires_grad_()
+        for name, p in conv.named_parameters()
+        if name in names
+    }
     assert set(params) == set(names)
     keys = list(inputs) + list(params)
 
     def fn(*tensors):
         values = dict(zip(keys, tensors))
         args = {k: values[k] for k in inputs}
-        out = functional_call(conv, {k: values[k] for k in params}, (graph,), {**args, **(kwargs or {})})
+        out = functional_call(
+            conv, {k: values[k] for k in params}, (graph,), {**args, **(kwargs or {})}
+        )
         return out[0] if isinstance(out, tuple) else out
 
     tensors = [inputs[k] for k in inputs] + [params[k] for k in params]
@@ -321,8 +355,12 @@ def test_gradcheck_gcn():
     for norm in ("both", "left"):
         x = torch.randn(11, 3, dtype=torch.float64, requires_grad=True)
         w = torch.rand(g.num_edges, dtype=torch.float64, requires_grad=True)
-        gradcheck_module(GCNConv(3, 2, norm=norm, allow_zero_in_degree=True), g,
-                         {"feat": x, "edge_weight": w}, ["weight", "bias"])
+        gradcheck_module(
+            GCNConv(3, 2, norm=norm, allow_zero_in_degree=True),
+            g,
+            {"feat": x, "edge_weight": w},
+            ["weight", "bias"],
+        )
 
 
 def test_gradcheck_agnn():
@@ -336,8 +374,13 @@ def test_gradcheck_gat(returned):
     g = small_directed_graph()
     x = torch.randn(11, 3, dtype=torch.float64, requires_grad=True)
     conv = GATConv(3, 2, 2, residual=True, allow_zero_in_degree=True)
-    gradcheck_module(conv, g, {"feat": x}, ["fc.weight", "attn_l", "attn_r", "bias", "res_fc.weight"],
-                     kwargs={"get_attention": returned})
+    gradcheck_module(
+        conv,
+        g,
+        {"feat": x},
+        ["fc.weight", "attn_l", "attn_r", "bias", "res_fc.weight"],
+        kwargs={"get_attention": returned},
+    )
 
 
 # ---------------------------------------------------------------------------- DGL path
@@ -351,7 +394,10 @@ def test_dgl_graph_path_matches_pyg(rng):
     x = torch.randn(n, 6)
 
     gcn, gcn_ref = gcn_pair(6, 5, "both")
-    assert_all_close([gcn(fake, x, edge_weight=w)], [gcn_ref(x, g.edge_index, w * dgl_norm(g.edge_index, n, "both"))])
+    assert_all_close(
+        [gcn(fake, x, edge_weight=w)],
+        [gcn_ref(x, g.edge_index, w * dgl_norm(g.edge_index, n, "both"))],
+    )
     agnn, agnn_ref = agnn_pair(0.9)
     assert_all_close([agnn(fake, x)], [agnn_ref(x, g.edge_index)])
     gat, gat_ref = gat_pair(6, 2, 2)
@@ -361,7 +407,9 @@ def test_dgl_graph_path_matches_pyg(rng):
 
 
 # ---------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("make", [lambda: GCNConv(4, 3), lambda: AGNNConv(), lambda: GATConv(4, 3, 2)])
+@pytest.mark.parametrize(
+    "make", [lambda: GCNConv(4, 3), lambda: AGNNConv(), lambda: GATConv(4, 3, 2)]
+)
 def test_zero_in_degree_raises_unless_allowed(make):
     g = Graph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), 4)  # node 3 is isolated
     x = torch.randn(4, 4)
@@ -422,8 +470,11 @@ def test_precision_context(rng, monkeypatch):
     # tf32 runs on the k = 4 format, the others on k = 8
     widths = []
     graph_conv = flashgnn.nn.gcn_conv.graph_conv
-    monkeypatch.setattr(flashgnn.nn.gcn_conv, "graph_conv",
-                        lambda a, *args, **kw: widths.append(a.k) or graph_conv(a, *args, **kw))
+    monkeypatch.setattr(
+        flashgnn.nn.gcn_conv,
+        "graph_conv",
+        lambda a, *args, **kw: widths.append(a.k) or graph_conv(a, *args, **kw),
+    )
     for precision in ("tf32", "fp32", "bf16"):
         with flashgnn.precision(precision):
             conv(g, x)
@@ -441,9 +492,15 @@ def test_precision_context(rng, monkeypatch):
 # ---------------------------------------------------------------------------- GPU
 @needs_gpu
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
-@pytest.mark.parametrize("make", [lambda p: GCNConv(9, 6, precision=p), lambda p: AGNNConv(0.8, precision=p),
-                                  lambda p: GATConv(9, 4, 3, residual=True, precision=p)],
-                         ids=["gcn", "agnn", "gat"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: GCNConv(9, 6, precision=p),
+        lambda p: AGNNConv(0.8, precision=p),
+        lambda p: GATConv(9, 4, 3, residual=True, precision=p),
+    ],
+    ids=["gcn", "agnn", "gat"],
+)
 def test_gpu_matches_cpu(make, precision, rng):
     """The same layer on the GPU (CUDA kernels) and the CPU (reference ops emulating the same
     rounding): outputs and every gradient agree up to the order of fp32 accumulation."""
@@ -457,13 +514,19 @@ def test_gpu_matches_cpu(make, precision, rng):
     upstream = torch.randn_like(y)
     (y * upstream).sum().backward()
     (y_gpu * upstream.cuda()).sum().backward()
-    assert_all_close([y_gpu, x_gpu.grad] + [p.grad for p in gpu.parameters()],
-                     [y, x.grad] + [p.grad for p in cpu.parameters()], tol=1e-4)
+    assert_all_close(
+        [y_gpu, x_gpu.grad] + [p.grad for p in gpu.parameters()],
+        [y, x.grad] + [p.grad for p in cpu.parameters()],
+        tol=1e-4,
+    )
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=GPU)])
-@pytest.mark.parametrize("make", [lambda: GCNConv(6, 4), AGNNConv, lambda: GATConv(6, 3, 2)],
-                         ids=["GCNConv", "AGNNConv", "GATConv"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: GCNConv(6, 4), AGNNConv, lambda: GATConv(6, 3, 2)],
+    ids=["GCNConv", "AGNNConv", "GATConv"],
+)
 def test_graph_first_used_under_inference_mode_trains_afterwards(make, device, rng):
     """Formats, segments and normalised values cached during a torch.inference_mode call are
     normal tensors: a later call with autograd saves them for backward, and gets the same

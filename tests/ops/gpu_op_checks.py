@@ -2,6 +2,7 @@
 the sparse matrices the public ops are checked on (the random shapes of kernel_cases.py, every
 real graph of the datasets folder and a sample of the rectangular DLMC matrices), each with
 fixed random values and cached ME-BCRS formats per device and block width."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,8 @@ import torch
 
 from flashgnn import MEBCRS
 from flashgnn._cuda import segments
+from tests.cuda.kernel_cases import CASES
 from tests.helpers import data_dir, graph_names, load_dlmc, load_npz_graph, random_values
-from tests.kernel_cases import CASES
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 SIZES = (1, 7, 16, 33, 64, 128, 256)
@@ -25,9 +26,13 @@ _OUTPUT_ROUNDING = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 EMULATION_BOUND = 1e-5
 """GPU against the CPU implementation of the same precision (same input rounding, fp32
 accumulation in another order)."""
-STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+STORAGE = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
 DLMC_SAMPLE = (0, 25, 100, 200, 300)  # 64x256 to 2048x512, sparsity 0.5 to 0.98
-
 
 
 def bound(precision: str, out_dtype: torch.dtype) -> float:
@@ -48,10 +53,12 @@ def real_matrix_names() -> list[str]:
     """``graph:<name>`` for every graph file, ``dlmc:<i>`` for the DLMC sample (when present)."""
     root = data_dir()
     dlmc = root is not None and any(root.glob("dlmc_*.npz"))
-    return [f"graph:{g}" for g in graph_names()] + ([f"dlmc:{i}" for i in DLMC_SAMPLE] if dlmc else [])
+    return [f"graph:{g}" for g in graph_names()] + (
+        [f"dlmc:{i}" for i in DLMC_SAMPLE] if dlmc else []
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def matrix(name: str) -> sp.csr_matrix:
     """Canonical float32 CSR: a case of kernel_cases.CASES, ``graph:<name>`` or ``dlmc:<i>``
     (patterns only on disk, so nonzero random values are drawn), seeded by the name."""
@@ -69,12 +76,13 @@ def matrix(name: str) -> sp.csr_matrix:
     return sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=pattern.shape)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mebcrs(name: str, k: int, device: str) -> MEBCRS:
     """ME-BCRS of ``matrix(name)`` built on ``device`` (the GPU builder on "cuda")."""
     m = matrix(name)
-    return MEBCRS.from_csr(m.indptr, m.indices, torch.from_numpy(m.data), n_cols=m.shape[1], k=k,
-                           device=device)
+    return MEBCRS.from_csr(
+        m.indptr, m.indices, torch.from_numpy(m.data), n_cols=m.shape[1], k=k, device=device
+    )
 
 
 def dense(rows: int, cols: int, *seed_parts) -> torch.Tensor:
@@ -126,4 +134,6 @@ def in_both_segment_orders(monkeypatch, fmt):
         yield
     by_length = segments.segments_for(fmt.row_ptr, 64)
     by_column = segments.segments_for(fmt.row_ptr, 64, fmt.col_idx)
-    assert not torch.equal(by_length.first, by_column.first), "the two orders are the same on this matrix"
+    assert not torch.equal(by_length.first, by_column.first), (
+        "the two orders are the same on this matrix"
+    )

@@ -1,6 +1,7 @@
 """ops.agnn_propagate (one autograd node with a written-out backward) against the composition of
 F.normalize and the public sddmm, edge_softmax and spmm ops, which autograd differentiates;
 float64 gradcheck; GPU kernels against the CPU path."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,14 @@ from tests.helpers import GPU, random_csr, rel_err
 def _adjacency(rng, n=45, k=8, device="cpu"):
     a = (random_csr(n, n, 0.12, rng) + sp.eye(n)).tocsr()  # directed, with self-loops
     a.sort_indices()
-    return MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices),
-                           torch.from_numpy(a.data).float(), n_cols=n, k=k, device=device)
+    return MEBCRS.from_csr(
+        torch.from_numpy(a.indptr),
+        torch.from_numpy(a.indices),
+        torch.from_numpy(a.data).float(),
+        n_cols=n,
+        k=k,
+        device=device,
+    )
 
 
 def _composed(a, feat, beta, precision):
@@ -91,7 +98,9 @@ def test_gpu_matches_cpu(precision, rng):
         assert rel_err(g, r) <= bound, name
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=GPU) for d in (torch.float16, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(d, marks=GPU) for d in (torch.float16, torch.bfloat16)]
+)
 def test_gpu_half_features(dtype, rng):
     """feat stored in 16 bits (a model cast with .half()): the output keeps feat's dtype, the
     gradients match the CPU path's."""

@@ -2,6 +2,7 @@
 maths, against the composition of the public sddmm, edge_softmax, dropout and spmm ops (which
 autograd differentiates) in every precision, with dropout and edge values; float64 gradcheck;
 what the node keeps for its backward; GPU kernels against the composition."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,14 @@ def _adjacency(rng, n=45, k=8, device="cpu", empty_row=None):
         a = (sp.diags(keep) @ a).tocsr()
         a.eliminate_zeros()
     a.sort_indices()
-    return MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices),
-                           torch.from_numpy(a.data).float(), n_cols=n, k=k, device=device), a
+    return MEBCRS.from_csr(
+        torch.from_numpy(a.indptr),
+        torch.from_numpy(a.indices),
+        torch.from_numpy(a.data).float(),
+        n_cols=n,
+        k=k,
+        device=device,
+    ), a
 
 
 def _gat(a, ft, terms, *args, **kwargs):
@@ -39,7 +46,9 @@ def _gat(a, ft, terms, *args, **kwargs):
 
 
 def _composed(a, ft, terms, slope, drop, precision, edge_values=None):
-    return _gat(a, ft, terms, slope, drop, precision, edge_values=edge_values, return_attention=True)[0]
+    return _gat(
+        a, ft, terms, slope, drop, precision, edge_values=edge_values, return_attention=True
+    )[0]
 
 
 def _run(fn, a, ft, terms, precision, proj, drop=0.0, edge_values=None, seed=0):
@@ -89,18 +98,34 @@ def test_dropout_and_edge_values_match_the_composed_ops(with_values, rng):
     assert rel_err(fused[0], undropped[0]) > 0.1
 
 
-@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float32), ("fp16", torch.float16),
-                                              ("bf16", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "precision, dtype",
+    [
+        ("fp16", torch.float32),
+        ("fp16", torch.float16),
+        ("bf16", torch.float32),
+        ("bf16", torch.bfloat16),
+    ],
+)
 def test_16_bit_kernel_operands_change_nothing(precision, dtype, rng, monkeypatch):
     """On CUDA the node hands fp32 features to the kernels converted to 16 bits; converting
     them on the CPU too must give the very same results and dtypes (the reference rounds its
     inputs the same way), so an fp32 result is not rounded through the storage type."""
     a, _ = _adjacency(rng)
-    ft, terms, proj = torch.randn(a.n_rows, 9).to(dtype), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 9).to(dtype)
+    ft, terms, proj = (
+        torch.randn(a.n_rows, 9).to(dtype),
+        torch.randn(a.n_rows, 2),
+        torch.randn(a.n_rows, 9).to(dtype),
+    )
     plain = _run(_gat, a, ft, terms, precision, proj, drop=0.3)
     storage = half_storage(precision)
-    monkeypatch.setattr(gat_module, "kernel_operands", lambda p, *ts: [
-        t.to(storage) if t is not None and t.dtype == torch.float32 else t for t in ts])
+    monkeypatch.setattr(
+        gat_module,
+        "kernel_operands",
+        lambda p, *ts: [
+            t.to(storage) if t is not None and t.dtype == torch.float32 else t for t in ts
+        ],
+    )
     converted = _run(_gat, a, ft, terms, precision, proj, drop=0.3)
     for p, c in zip(plain, converted):
         assert p.dtype == c.dtype and torch.equal(p, c)
@@ -115,6 +140,7 @@ def test_gradcheck(rng):
     def fn(x, t):
         torch.manual_seed(0)  # one dropout mask for every evaluation
         return _gat(a, x, t, 0.1, 0.3, edge_values=values)
+
     assert torch.autograd.gradcheck(fn, (ft, terms))
 
 
@@ -132,7 +158,10 @@ def test_keeps_one_slot_sized_tensor_and_the_mask(rng):
             _gat(a, ft, terms, 0.2, 0.5, return_attention=return_attention)
         return {(t.data_ptr(), str(t.dtype)) for t in saved if t.numel() == a.n_slots}
 
-    assert sorted(dtype for _, dtype in saved_slot_tensors(False)) == ["torch.bool", "torch.float32"]
+    assert sorted(dtype for _, dtype in saved_slot_tensors(False)) == [
+        "torch.bool",
+        "torch.float32",
+    ]
     assert len(saved_slot_tensors(True)) >= 4
 
 
@@ -160,7 +189,9 @@ def _hub_adjacency(rng, n=300, empty_window=False, k=8):
     split over segments (on the GPU); with ``empty_window``, rows 16-23 without nonzeros."""
     _, m = _adjacency(rng, n=n)
     m = m.tolil()
-    m[rng.choice(n, 250, replace=False), 7] = 1.0  # a hub column: its window of A^T split over segments
+    m[rng.choice(n, 250, replace=False), 7] = (
+        1.0  # a hub column: its window of A^T split over segments
+    )
     m[9, rng.choice(n, 290, replace=False)] = 1.0  # a hub row: its window of A split
     m = m.tocsr()
     if empty_window:
@@ -169,8 +200,14 @@ def _hub_adjacency(rng, n=300, empty_window=False, k=8):
         m = (sp.diags(keep) @ m).tocsr()
         m.eliminate_zeros()
     m.sort_indices()
-    return MEBCRS.from_csr(torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data).float(),
-                           n_cols=n, k=k, device="cuda")
+    return MEBCRS.from_csr(
+        torch.from_numpy(m.indptr),
+        torch.from_numpy(m.indices),
+        torch.from_numpy(m.data).float(),
+        n_cols=n,
+        k=k,
+        device="cuda",
+    )
 
 
 @needs_gpu
@@ -202,28 +239,43 @@ def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
     from flashgnn._cuda.sddmm import gat_softmax_backward_tensor_core, sddmm_tensor_core
     from flashgnn.format import decode_slots
 
-    a = _hub_adjacency(rng, n=330, empty_window=True)  # rows 328-329: a last window of two real rows
+    a = _hub_adjacency(
+        rng, n=330, empty_window=True
+    )  # rows 328-329: a last window of two real rows
     t = a.transpose().fmt
     pattern, transposed = (a.row_ptr, a.col_idx, a.vec_mask), (t.row_ptr, t.col_idx, t.vec_mask)
     er, el = torch.randn(a.n_rows, device="cuda"), torch.randn(a.n_cols, device="cuda")
-    grad, ft = torch.randn(a.n_rows, k_dim, device="cuda"), torch.randn(a.n_cols, k_dim, device="cuda")
+    grad, ft = (
+        torch.randn(a.n_rows, k_dim, device="cuda"),
+        torch.randn(a.n_cols, k_dim, device="cuda"),
+    )
     _, records = gat_softmax_cuda(*pattern, er, el, 0.2, a.k, write=False)
-    d_er, d_el = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
+    d_er, d_el = gat_softmax_backward_tensor_core(
+        pattern, transposed, grad, ft, precision, el, records, 0.2
+    )
     d_prob = sddmm_tensor_core(*pattern, grad, ft, a.k, precision)
     d, _ = gat_softmax_backward_cuda(*pattern, er, el, 0.2, records, d_prob, a.k)
     coords = decode_slots(*pattern, a.k)
     values = d[coords.slot].double()
-    ref_er = torch.zeros(d_er.numel(), dtype=torch.float64, device="cuda").index_add_(0, coords.row, values)
-    ref_el = torch.zeros(d_el.numel(), dtype=torch.float64, device="cuda").index_add_(0, coords.col, values)
+    ref_er = torch.zeros(d_er.numel(), dtype=torch.float64, device="cuda").index_add_(
+        0, coords.row, values
+    )
+    ref_el = torch.zeros(d_el.numel(), dtype=torch.float64, device="cuda").index_add_(
+        0, coords.col, values
+    )
     scale = values.abs().max()  # sums of terms of both signs: bound the error by the terms' size
     assert (d_er.double() - ref_er).abs().max() < 1e-5 * scale
     assert (d_el.double() - ref_el).abs().max() < 1e-5 * scale
-    again = gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el, records, 0.2)
+    again = gat_softmax_backward_tensor_core(
+        pattern, transposed, grad, ft, precision, el, records, 0.2
+    )
     assert torch.equal(d_er, again[0]) and torch.equal(d_el, again[1])
     with pytest.raises(ValueError, match="fp16, bf16 or tf32"):
         gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, "fp32", el, records, 0.2)
     with pytest.raises(ValueError, match="el must be"):
-        gat_softmax_backward_tensor_core(pattern, transposed, grad, ft, precision, el[1:], records, 0.2)
+        gat_softmax_backward_tensor_core(
+            pattern, transposed, grad, ft, precision, el[1:], records, 0.2
+        )
 
 
 def test_no_dropout_without_a_probability(rng):
@@ -259,7 +311,11 @@ def test_gpu_matches_the_composition(precision, rng):
     kernel), and the node's kernels agree with the CPU path."""
     cpu, _ = _adjacency(rng, n=300, k=4 if precision == "tf32" else 8)
     gpu = cpu.to("cuda")
-    ft, terms, proj = torch.randn(cpu.n_rows, 33), torch.randn(cpu.n_rows, 2), torch.randn(cpu.n_rows, 33)
+    ft, terms, proj = (
+        torch.randn(cpu.n_rows, 33),
+        torch.randn(cpu.n_rows, 2),
+        torch.randn(cpu.n_rows, 33),
+    )
     args = (ft.cuda(), terms.cuda(), precision, proj.cuda())
     for drop in (0.3, 0.0):  # P^T moved into A^T's layout, or computed there
         fused = _run(_gat, gpu, *args, drop=drop)

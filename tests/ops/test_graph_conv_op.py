@@ -2,6 +2,7 @@
 against dense float64 maths that autograd differentiates, against its own composed path
 (spmm + matmul, which autocast sees) in reduced precision and under autocast, gradcheck in
 float64, and the GPU kernels against the CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,10 +22,16 @@ SHAPE_IDS = ["aggregate-first", "project-first", "no-weight"]
 def _adjacency(rng, n_rows=37, n_cols=29, k=8, device="cpu"):
     """A directed, rectangular A (rows not a multiple of 8, an empty row)."""
     a = random_csr(n_rows, n_cols, 0.15, rng)
-    a.data[a.indptr[3]:a.indptr[4]] = 0.0
+    a.data[a.indptr[3] : a.indptr[4]] = 0.0
     a.eliminate_zeros()
-    fmt = MEBCRS.from_csr(torch.from_numpy(a.indptr), torch.from_numpy(a.indices),
-                          torch.from_numpy(a.data).float(), n_cols=n_cols, k=k, device=device)
+    fmt = MEBCRS.from_csr(
+        torch.from_numpy(a.indptr),
+        torch.from_numpy(a.indices),
+        torch.from_numpy(a.data).float(),
+        n_cols=n_cols,
+        k=k,
+        device=device,
+    )
     return fmt, torch.from_numpy(a.toarray()).float().double()  # A's values as stored (float32)
 
 
@@ -36,7 +43,9 @@ def _params(f_in, f_out, dtype, bias=True):
 
 def _grads(fn, feat, weight, bias, proj):
     """(out, d feat, d weight, d bias) of sum(fn(feat, weight, bias) * proj)."""
-    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (feat, weight, bias)]
+    leaves = [
+        t.detach().clone().requires_grad_() if t is not None else None for t in (feat, weight, bias)
+    ]
     out = fn(*leaves)
     wanted = [t for t in leaves if t is not None]
     grads = iter(torch.autograd.grad((out * proj.to(out.dtype)).sum(), wanted))
@@ -73,14 +82,21 @@ def test_gradient_of_one_input(f_in, f_out, wanted, rng):
     """Only one input needs a gradient: A^T is built only for dX, or dW when X W comes first
     (the first layer of a mini-batch: its block needs no transpose)."""
     a, dense = _adjacency(rng)
-    inputs = {"feat": torch.randn(a.n_cols, f_in, dtype=torch.float64),
-              "weight": torch.randn(f_in, f_out, dtype=torch.float64), "bias": torch.randn(f_out, dtype=torch.float64)}
+    inputs = {
+        "feat": torch.randn(a.n_cols, f_in, dtype=torch.float64),
+        "weight": torch.randn(f_in, f_out, dtype=torch.float64),
+        "bias": torch.randn(f_out, dtype=torch.float64),
+    }
     inputs[wanted].requires_grad_()
     proj = torch.randn(a.n_rows, f_out, dtype=torch.float64)
-    out = ops.graph_conv(a, inputs["feat"], inputs["weight"], inputs["bias"], values=a.values.double())
+    out = ops.graph_conv(
+        a, inputs["feat"], inputs["weight"], inputs["bias"], values=a.values.double()
+    )
     (got,) = torch.autograd.grad((out * proj).sum(), [inputs[wanted]])
     projects_first = f_in > f_out  # d(XW) = A^T dOut
-    assert (a._transpose is not None) == (wanted == "feat" or (wanted == "weight" and projects_first))
+    assert (a._transpose is not None) == (
+        wanted == "feat" or (wanted == "weight" and projects_first)
+    )
     ref = dense @ inputs["feat"] @ inputs["weight"] + inputs["bias"]
     (expected,) = torch.autograd.grad((ref * proj).sum(), [inputs[wanted]])
     assert rel_err(got, expected) < 1e-12
@@ -94,9 +110,13 @@ def test_gradcheck(f_in, f_out, rng):
     weight, b = _params(f_in, f_out, torch.float64)
     inputs = [t.requires_grad_() for t in (feat, weight, b) if t is not None]
     if weight is None:
-        assert torch.autograd.gradcheck(lambda x, b_: ops.graph_conv(a, x, None, b_, values=values), inputs)
+        assert torch.autograd.gradcheck(
+            lambda x, b_: ops.graph_conv(a, x, None, b_, values=values), inputs
+        )
     else:
-        assert torch.autograd.gradcheck(lambda x, w, b_: ops.graph_conv(a, x, w, b_, values=values), inputs)
+        assert torch.autograd.gradcheck(
+            lambda x, w, b_: ops.graph_conv(a, x, w, b_, values=values), inputs
+        )
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -110,7 +130,9 @@ def test_reduced_precision_matches_the_composition(f_in, f_out, precision, rng):
     weight, b = _params(f_in, f_out, torch.float32)
     proj = torch.randn(a.n_rows, f_out or f_in)
     got = _grads(lambda x, w, b_: ops.graph_conv(a, x, w, b_, precision), feat, weight, b, proj)
-    composed = _grads(lambda x, w, b_: _composed(a, x, w, b_, precision, a.values), feat, weight, b, proj)
+    composed = _grads(
+        lambda x, w, b_: _composed(a, x, w, b_, precision, a.values), feat, weight, b, proj
+    )
     _assert_close(got, composed, 1e-6 if precision in ("fp32", "tf32") else 2e-3)
     # and the SpMM really ran in ``precision``: the result is that of rounded inputs
     a_r = round_to_precision(dense.float(), precision, torch.float64)
@@ -132,8 +154,12 @@ def test_autocast_dtypes_match_the_composition(rng):
         weight, b = _params(f_in, f_out, torch.float32)
         proj = torch.randn(a.n_rows, f_out)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = _grads(lambda x, w, b_: ops.graph_conv(a, x, w, b_, "bf16"), feat, weight, b, proj)
-            composed = _grads(lambda x, w, b_: _composed(a, x, w, b_, "bf16", a.values), feat, weight, b, proj)
+            got = _grads(
+                lambda x, w, b_: ops.graph_conv(a, x, w, b_, "bf16"), feat, weight, b, proj
+            )
+            composed = _grads(
+                lambda x, w, b_: _composed(a, x, w, b_, "bf16", a.values), feat, weight, b, proj
+            )
         _assert_close(got, composed, 1e-2)
         assert got[0].dtype == torch.float32
 
@@ -145,7 +171,9 @@ def test_values_with_gradient_take_the_composed_ops(rng):
     feat = torch.randn(a.n_cols, 4, dtype=torch.float64)
     weight = torch.randn(4, 3, dtype=torch.float64)
     proj = torch.randn(a.n_rows, 3, dtype=torch.float64)
-    (grad,) = torch.autograd.grad((ops.graph_conv(a, feat, weight, values=values) * proj).sum(), [values])
+    (grad,) = torch.autograd.grad(
+        (ops.graph_conv(a, feat, weight, values=values) * proj).sum(), [values]
+    )
     rows, cols = dense.nonzero(as_tuple=True)  # row-major: CSR order
     per_edge = (proj[rows] * (feat @ weight)[cols]).sum(1)  # d out / d A_ij
     assert rel_err(grad, a.values_from_csr(per_edge)) < 1e-12
@@ -175,9 +203,10 @@ def test_gpu_matches_the_composition(f_in, f_out, precision, autocast, rng):
     proj = torch.randn(a.n_rows, f_out or f_in, device="cuda")
     with torch.autocast("cuda", dtype=torch.float16, enabled=autocast):
         got = _grads(lambda x, w, b_: ops.graph_conv(a, x, w, b_, precision), feat, weight, b, proj)
-        composed = _grads(lambda x, w, b_: _composed(a, x, w, b_, precision, a.values), feat, weight, b, proj)
+        composed = _grads(
+            lambda x, w, b_: _composed(a, x, w, b_, precision, a.values), feat, weight, b, proj
+        )
     _assert_close(got, composed, 1e-6 if precision in ("fp32", "tf32") and not autocast else 3e-3)
-
 
 
 @needs_gpu

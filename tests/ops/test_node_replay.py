@@ -1,6 +1,7 @@
 """The bookkeeping of ``ops.replay`` that needs no GPU: which storages count as held elsewhere,
 when a configuration captures, takes a second slot or stays eager, and that copies of a layer
 start without graphs."""
+
 from __future__ import annotations
 
 import copy
@@ -77,7 +78,9 @@ def test_a_configuration_captures_on_its_second_call_and_takes_a_free_slot():
     second = config.forward_slot(make, make_backward)
     assert second is not first and backward == [first, second]
     second.busy = True
-    assert config.forward_slot(make, make_backward) is None and len(made) == R.SLOTS  # every slot busy
+    assert (
+        config.forward_slot(make, make_backward) is None and len(made) == R.SLOTS
+    )  # every slot busy
     first.busy = False
     assert config.forward_slot(make, None) is first
 
@@ -103,12 +106,15 @@ def test_configurations_least_recently_used_first():
     replay = R.NodeReplay()
     keys = [("k", i) for i in range(R.CONFIGURATIONS + 1)]
     first = replay.configuration(keys[0], keep=())
-    for key in keys[1:R.CONFIGURATIONS]:
+    for key in keys[1 : R.CONFIGURATIONS]:
         replay.configuration(key, keep=())
     assert replay.configuration(keys[0], keep=()) is first  # used again: now the most recent
     replay.configuration(keys[-1], keep=())
     assert replay.configuration(keys[0], keep=()) is first
-    assert replay.configuration(keys[1], keep=()) is not None and len(replay._configurations) == R.CONFIGURATIONS
+    assert (
+        replay.configuration(keys[1], keep=()) is not None
+        and len(replay._configurations) == R.CONFIGURATIONS
+    )
 
 
 def test_cpu_calls_and_copies_of_a_layer():
@@ -117,7 +123,11 @@ def test_cpu_calls_and_copies_of_a_layer():
     layer = GCNConv(3, 2, replay=True)
     layer.replay.configuration(("k",), keep=())
     twin = copy.deepcopy(layer)
-    assert twin.replay is not layer.replay and twin.replay.enabled is True and twin.replay.graphs() == (0, 0)
+    assert (
+        twin.replay is not layer.replay
+        and twin.replay.enabled is True
+        and twin.replay.graphs() == (0, 0)
+    )
     assert len(twin.replay._configurations) == 0
     buffer = io.BytesIO()
     torch.save(layer, buffer)

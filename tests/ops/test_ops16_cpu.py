@@ -1,6 +1,7 @@
 """flashgnn.ops.spmm and sddmm on the 16x1 baseline format, on the CPU: against float64 scipy
 within the bounds of the 8x1 ops, the precision emulation, agreement with ME-BCRS, and the
 forward-only and bad-input errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 
 from flashgnn import MEBCRS, ops
 from tests.helpers import rel_err
-from tests.test_ops_cpu import BOUND, PRECISIONS, WIDTHS, csr_rows, directed, round_numpy
+from tests.ops.test_ops_cpu import BOUND, PRECISIONS, WIDTHS, csr_rows, directed, round_numpy
 
 
 @pytest.fixture
@@ -55,8 +56,14 @@ def test_dtypes_float64_and_out_fp32(pair):
     assert ops.spmm(fmt, x16, "fp16").dtype == torch.float16
     assert ops.spmm(fmt, x16, "fp16", out_fp32=True).dtype == torch.float32
     y64 = ops.spmm(fmt, x16.double())
-    assert y64.dtype == torch.float64 and rel_err(y64, a.astype(np.float64) @ x16.double().numpy()) <= 1e-12
-    assert ops.sddmm(fmt, torch.randn(a.shape[0], 3).double(), x16[:, :3].double()).dtype == torch.float64
+    assert (
+        y64.dtype == torch.float64
+        and rel_err(y64, a.astype(np.float64) @ x16.double().numpy()) <= 1e-12
+    )
+    assert (
+        ops.sddmm(fmt, torch.randn(a.shape[0], 3).double(), x16[:, :3].double()).dtype
+        == torch.float64
+    )
 
 
 def test_custom_values_ignore_padding_slots(pair):
@@ -64,7 +71,9 @@ def test_custom_values_ignore_padding_slots(pair):
     values = fmt.values.clone()
     values[~fmt.real_slots()] = 1e6
     x = torch.randn(a.shape[1], 5)
-    assert rel_err(ops.spmm(fmt, x, values=values), a.astype(np.float64) @ x.double().numpy()) <= 1e-6
+    assert (
+        rel_err(ops.spmm(fmt, x, values=values), a.astype(np.float64) @ x.double().numpy()) <= 1e-6
+    )
 
 
 def test_gradients_are_a_clear_error(pair):

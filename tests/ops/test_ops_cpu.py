@@ -1,5 +1,6 @@
 """flashgnn.ops on CPU: spmm, sddmm and edge_softmax against float64 scipy/NumPy references
 for every precision, the precision emulation itself, gradients, opcheck and bad inputs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,15 @@ import torch
 from flashgnn import ops
 from flashgnn.format import MEBCRS
 from flashgnn.ops.precision import round_tf32
-from tests.helpers import csr_from_coo, graph_names, graph_params, load_dlmc, random_csr, random_values, rel_err
+from tests.helpers import (
+    csr_from_coo,
+    graph_names,
+    graph_params,
+    load_dlmc,
+    random_csr,
+    random_values,
+    rel_err,
+)
 
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 # relative error against float64 on unrounded inputs: input rounding (unit roundoff 2^-24,
@@ -28,9 +37,9 @@ def tf32_numpy(x: np.ndarray) -> np.ndarray:
     out = x.copy()
     finite = np.isfinite(x) & (x != 0)
     mag = np.abs(x[finite].astype(np.float64))
-    _, exp = np.frexp(mag)                       # mag = m * 2^exp, m in [0.5, 1)
+    _, exp = np.frexp(mag)  # mag = m * 2^exp, m in [0.5, 1)
     ulp = np.ldexp(1.0, np.maximum(exp - 1, -126) - 10)  # subnormals share 2^-126's spacing
-    rounded = np.floor(mag / ulp + 0.5) * ulp    # exact in float64; + 0.5 then floor: ties up
+    rounded = np.floor(mag / ulp + 0.5) * ulp  # exact in float64; + 0.5 then floor: ties up
     with np.errstate(over="ignore"):
         out[finite] = (np.sign(x[finite]) * rounded).astype(np.float32)
     return out
@@ -276,11 +285,15 @@ def _op_arguments(fmt: MEBCRS):
     scores = torch.randn(8 * fmt.n_vectors, requires_grad=True)
     probs = ops.edge_softmax(fmt, scores.detach())
     return {
-        "spmm": [(*pattern, values, x, fmt.n_rows, fmt.k, p, out_fp32, *t_pattern)
-                 for p, out_fp32 in [("fp32", False), ("fp16", True), ("bf16", False), ("tf32", False)]],
+        "spmm": [
+            (*pattern, values, x, fmt.n_rows, fmt.k, p, out_fp32, *t_pattern)
+            for p, out_fp32 in [("fp32", False), ("fp16", True), ("bf16", False), ("tf32", False)]
+        ],
         "sddmm": [(*pattern, u, x, fmt.k, p, *t_pattern) for p in ("fp32", "fp16")],
         "edge_softmax": [(*pattern, scores, fmt.n_rows, fmt.k)],
-        "edge_softmax_backward": [(*pattern, probs, torch.randn(8 * fmt.n_vectors), fmt.n_rows, fmt.k)],
+        "edge_softmax_backward": [
+            (*pattern, probs, torch.randn(8 * fmt.n_vectors), fmt.n_rows, fmt.k)
+        ],
     }
 
 
@@ -303,27 +316,59 @@ def _bad_calls():
     x = torch.randn(29, 4)
     u = torch.randn(37, 4)
     return {
-        "spmm_int_x": (lambda f: ops.spmm(f, x.int()), ValueError, "x must be float16, bfloat16, float32 or float64"),
+        "spmm_int_x": (
+            lambda f: ops.spmm(f, x.int()),
+            ValueError,
+            "x must be float16, bfloat16, float32 or float64",
+        ),
         "spmm_1d_x": (lambda f: ops.spmm(f, x[:, 0]), ValueError, "x must be 2-D"),
         "spmm_rows": (lambda f: ops.spmm(f, x[:28]), ValueError, "x must have 29 rows"),
         "spmm_precision": (lambda f: ops.spmm(f, x, "fp8"), ValueError, "precision must be one of"),
         "spmm_numpy_x": (lambda f: ops.spmm(f, x.numpy()), TypeError, "x must be a torch.Tensor"),
-        "spmm_values_shape": (lambda f: ops.spmm(f, x, values=f.values[:-1]), ValueError, "values must have shape"),
-        "spmm_values_dtype": (lambda f: ops.spmm(f, x, values=f.values.int()), ValueError,
-                              "values must be floating point"),
-        "spmm_x_device": (lambda f: ops.spmm(f, x.to("meta")), ValueError,
-                          "x is on meta but the sparse matrix is on cpu"),
-        "spmm_values_device": (lambda f: ops.spmm(f, x, values=f.values.to("meta")), ValueError,
-                               "values is on meta but the sparse matrix is on cpu"),
+        "spmm_values_shape": (
+            lambda f: ops.spmm(f, x, values=f.values[:-1]),
+            ValueError,
+            "values must have shape",
+        ),
+        "spmm_values_dtype": (
+            lambda f: ops.spmm(f, x, values=f.values.int()),
+            ValueError,
+            "values must be floating point",
+        ),
+        "spmm_x_device": (
+            lambda f: ops.spmm(f, x.to("meta")),
+            ValueError,
+            "x is on meta but the sparse matrix is on cpu",
+        ),
+        "spmm_values_device": (
+            lambda f: ops.spmm(f, x, values=f.values.to("meta")),
+            ValueError,
+            "values is on meta but the sparse matrix is on cpu",
+        ),
         "sddmm_x_rows": (lambda f: ops.sddmm(f, u[:36], x), ValueError, "x must have 37 rows"),
         "sddmm_y_rows": (lambda f: ops.sddmm(f, u, u), ValueError, "y must have 29 rows"),
-        "sddmm_widths": (lambda f: ops.sddmm(f, u, x[:, :3]), ValueError, "same number of columns, got 4 and 3"),
-        "sddmm_precision": (lambda f: ops.sddmm(f, u, x, "int8"), ValueError, "precision must be one of"),
+        "sddmm_widths": (
+            lambda f: ops.sddmm(f, u, x[:, :3]),
+            ValueError,
+            "same number of columns, got 4 and 3",
+        ),
+        "sddmm_precision": (
+            lambda f: ops.sddmm(f, u, x, "int8"),
+            ValueError,
+            "precision must be one of",
+        ),
         "sddmm_1d": (lambda f: ops.sddmm(f, u[:, 0], x), ValueError, "x must be 2-D"),
         "sddmm_y_device": (lambda f: ops.sddmm(f, u, x.to("meta")), ValueError, "y is on meta"),
-        "softmax_shape": (lambda f: ops.edge_softmax(f, torch.randn(f.nnz)), ValueError, "scores must have shape"),
-        "softmax_dtype": (lambda f: ops.edge_softmax(f, torch.ones(8 * f.n_vectors, dtype=torch.int64)),
-                          ValueError, "scores must be floating point"),
+        "softmax_shape": (
+            lambda f: ops.edge_softmax(f, torch.randn(f.nnz)),
+            ValueError,
+            "scores must have shape",
+        ),
+        "softmax_dtype": (
+            lambda f: ops.edge_softmax(f, torch.ones(8 * f.n_vectors, dtype=torch.int64)),
+            ValueError,
+            "scores must be floating point",
+        ),
     }
 
 
@@ -339,16 +384,27 @@ def test_bad_input_is_a_clear_error(name, fmt_29_cols):
 
 # ---------------------------------------------------------------------------- tf32 rounding
 def test_round_tf32_matches_arithmetic_rounding(rng):
-    special = np.array([
-        0x3F801000,  # 1 + 2^-11: a tie, rounds away from zero to 1 + 2^-10
-        0xBF801000,  # its negative
-        0x3F800FFF, 0x3F801001, 0x3F801FFF,  # just below / above the tie, and a carry
-        0x3FFFF000,  # carries into the exponent: 2.0
-        0x7F7FFFFF, 0xFF7FFFFF,  # largest finite floats round to +-inf
-        0x00001000, 0x00000FFF, 0x80001000,  # subnormal tie, below tie, negative tie
-        0x00000000, 0x80000000,  # +0, -0
-        0x7F800000, 0xFF800000, 0x7FC00000,  # inf, -inf, nan
-    ], dtype=np.uint32)
+    special = np.array(
+        [
+            0x3F801000,  # 1 + 2^-11: a tie, rounds away from zero to 1 + 2^-10
+            0xBF801000,  # its negative
+            0x3F800FFF,
+            0x3F801001,
+            0x3F801FFF,  # just below / above the tie, and a carry
+            0x3FFFF000,  # carries into the exponent: 2.0
+            0x7F7FFFFF,
+            0xFF7FFFFF,  # largest finite floats round to +-inf
+            0x00001000,
+            0x00000FFF,
+            0x80001000,  # subnormal tie, below tie, negative tie
+            0x00000000,
+            0x80000000,  # +0, -0
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,  # inf, -inf, nan
+        ],
+        dtype=np.uint32,
+    )
     bits = np.concatenate([special, rng.integers(0, 2**32, 200_000, dtype=np.uint32)])
     x = bits.view(np.float32)
     got = round_tf32(torch.from_numpy(x.copy())).numpy()
@@ -356,10 +412,17 @@ def test_round_tf32_matches_arithmetic_rounding(rng):
     nan = np.isnan(expected)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
-    assert got[:8].view(np.uint32).tolist() == [0x3F802000, 0xBF802000, 0x3F800000, 0x3F802000, 0x3F802000,
-                                                 0x40000000, 0x7F800000, 0xFF800000]
+    assert got[:8].view(np.uint32).tolist() == [
+        0x3F802000,
+        0xBF802000,
+        0x3F800000,
+        0x3F802000,
+        0x3F802000,
+        0x40000000,
+        0x7F800000,
+        0xFF800000,
+    ]
     assert got[8:13].view(np.uint32).tolist() == [0x00002000, 0x00000000, 0x80002000, 0, 0x80000000]
-
 
 
 def test_formats_sharing_col_idx_do_not_share_results(rng):
@@ -367,10 +430,14 @@ def test_formats_sharing_col_idx_do_not_share_results(rng):
     nonzero of each of A's vectors): each op's result follows its own arguments."""
     a, fmt_a = directed(rng, 8)
     rows, cols = csr_rows(a), a.indices
-    _, first = np.unique((rows // 8) * a.shape[1] + cols, return_index=True)  # CSR order: lowest row first
+    _, first = np.unique(
+        (rows // 8) * a.shape[1] + cols, return_index=True
+    )  # CSR order: lowest row first
     b = csr_from_coo(rows[first], cols[first], a.shape, rng, dtype=np.float32)
     fmt_b = MEBCRS.from_csr(b.indptr, b.indices, b.data, n_cols=a.shape[1], k=8)
-    assert torch.equal(fmt_b.col_idx, fmt_a.col_idx) and not torch.equal(fmt_b.vec_mask, fmt_a.vec_mask)
+    assert torch.equal(fmt_b.col_idx, fmt_a.col_idx) and not torch.equal(
+        fmt_b.vec_mask, fmt_a.vec_mask
+    )
     fmt_b = dataclasses.replace(fmt_b, col_idx=fmt_a.col_idx)
     fmt_b.validate()
     x, u = torch.randn(a.shape[1], 4), torch.randn(a.shape[0], 4)
@@ -381,7 +448,12 @@ def test_formats_sharing_col_idx_do_not_share_results(rng):
     out = ops.sddmm(fmt_b, u, x)
     assert not out[padding_mask(fmt_b)].any(), "sddmm wrote slots that are padding in B"
     b_rows = csr_rows(b)
-    assert rel_err(out[fmt_b.perm], (u.double().numpy()[b_rows] * x.double().numpy()[b.indices]).sum(1)) <= 1e-6
+    assert (
+        rel_err(
+            out[fmt_b.perm], (u.double().numpy()[b_rows] * x.double().numpy()[b.indices]).sum(1)
+        )
+        <= 1e-6
+    )
     probs = ops.edge_softmax(fmt_b, scores)
     expected = softmax_by_row(b_rows, scores[fmt_b.perm].double().numpy(), b.shape[0])
     assert rel_err(probs[fmt_b.perm], expected) <= 1e-6

@@ -1,6 +1,7 @@
 """How the ops are entered: torch.compile goes through torch.library's dispatcher (fake and
 autograd registrations) and gives what the eager path (which skips it) gives; constant SpMM
 values are transposed for the backward once."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +23,7 @@ def graph(rng):
 def _grads(layer, graph, x, compiled: bool):
     def step(x):
         return layer(graph, x)
+
     fn = torch.compile(step, backend="aot_eager", fullgraph=False) if compiled else step
     x = x.clone().requires_grad_()
     out = fn(x)
@@ -30,7 +32,11 @@ def _grads(layer, graph, x, compiled: bool):
     return (out.detach(), *torch.autograd.grad((out * proj).sum(), [x, *params]))
 
 
-LAYERS = {"gcn": lambda: GCNConv(6, 5), "agnn": lambda: AGNNConv(), "gat": lambda: GATConv(6, 5, 2, residual=True)}
+LAYERS = {
+    "gcn": lambda: GCNConv(6, 5),
+    "agnn": lambda: AGNNConv(),
+    "gat": lambda: GATConv(6, 5, 2, residual=True),
+}
 
 
 @pytest.mark.parametrize("layer_type", LAYERS)
@@ -64,7 +70,9 @@ def test_constant_values_are_transposed_once(graph):
     assert _pattern._TRANSPOSED.get(trainable) is None
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=GPU) for d in (torch.float32, torch.float16, torch.float64)])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(d, marks=GPU) for d in (torch.float32, torch.float16, torch.float64)]
+)
 def test_transposed_values_on_the_gpu(graph, dtype):
     """A's values moved into A^T's layout by the move_values kernel equal the CPU's on every
     real slot of A^T."""
@@ -74,6 +82,8 @@ def test_transposed_values_on_the_gpu(graph, dtype):
     args = (t.fmt.col_idx, t.fmt.perm, t.src_slot)
     cpu = _pattern.transposed_values(values, *args)
     gpu_t = a.to("cuda").transpose()
-    gpu = _pattern.transposed_values(values.cuda(), gpu_t.fmt.col_idx, gpu_t.fmt.perm, gpu_t.src_slot)
+    gpu = _pattern.transposed_values(
+        values.cuda(), gpu_t.fmt.col_idx, gpu_t.fmt.perm, gpu_t.src_slot
+    )
     real = t.fmt.perm
     assert torch.equal(gpu.cpu()[real], cpu[real])

@@ -6,6 +6,7 @@ On the GPU the graphs are real; on the CPU a stand-in (``EmulatedGraph``) reruns
 body at each replay and copies its results into the tensors the capture returned, which is
 what a replay writes: the bookkeeping (configurations, slots, which storages are held) is the
 same code on both."""
+
 from __future__ import annotations
 
 import copy
@@ -19,7 +20,7 @@ from flashgnn.nn import AGNNConv, GCNConv
 from flashgnn.ops import replay
 from flashgnn.training.precision import precision_scope
 from tests.helpers import GPU, needs_gpu
-from tests.test_nn_layers import random_graph
+from tests.nn.test_nn_layers import random_graph
 
 
 class EmulatedGraph:
@@ -30,7 +31,10 @@ class EmulatedGraph:
         with torch.no_grad():
             for static, fresh in zip(self.outputs, self.body(), strict=True):
                 # an output the body passes through (fp32 W as it is) is not written by a replay
-                if static is not None and static.untyped_storage().data_ptr() != fresh.untyped_storage().data_ptr():
+                if (
+                    static is not None
+                    and static.untyped_storage().data_ptr() != fresh.untyped_storage().data_ptr()
+                ):
                     static.copy_(fresh)
 
 
@@ -45,7 +49,9 @@ def device(request, monkeypatch):
     if request.param == "cpu":
         monkeypatch.setattr(replay, "capture", emulated_capture)
         monkeypatch.setattr(replay, "current_stream", lambda device: 0)
-        monkeypatch.setattr(replay.NodeReplay, "applies", lambda self, x, nnz: self.enabled is not False)
+        monkeypatch.setattr(
+            replay.NodeReplay, "applies", lambda self, x, nnz: self.enabled is not False
+        )
     return torch.device(request.param)
 
 
@@ -66,8 +72,13 @@ def pair(device, in_feats: int, out_feats: int, bias: bool = True):
     return eager, replayed
 
 
-LAYERS = {"gcn": lambda device: pair(device, 48, 48),
-          "agnn": lambda device: (AGNNConv(0.7, replay=False).to(device), AGNNConv(0.7, replay=True).to(device))}
+LAYERS = {
+    "gcn": lambda device: pair(device, 48, 48),
+    "agnn": lambda device: (
+        AGNNConv(0.7, replay=False).to(device),
+        AGNNConv(0.7, replay=True).to(device),
+    ),
+}
 layers = pytest.mark.parametrize("make", list(LAYERS.values()), ids=list(LAYERS))
 
 
@@ -93,7 +104,9 @@ def test_gcn_replay_gives_the_eager_bits(graph, device, precision, features, bia
     x = torch.randn(graph.num_nodes, features[0], device=device, requires_grad=True)
     for i in range(4):
         proj = torch.randn(graph.num_nodes, features[1], device=device)
-        assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
+        assert_equal(
+            step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision)
+        )
     assert replayed.replay.graphs() == (1, 1) and eager.replay.graphs() == (0, 0)
 
 
@@ -105,7 +118,9 @@ def test_agnn_replay_gives_the_eager_bits(graph, device, precision, learn_beta):
     x = torch.randn(graph.num_nodes, 32, device=device, requires_grad=True)
     for i in range(4):
         proj = torch.randn(graph.num_nodes, 32, device=device)
-        assert_equal(step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision))
+        assert_equal(
+            step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision)
+        )
     assert replayed.replay.graphs() == (1, 1)
 
 
@@ -168,7 +183,9 @@ def test_gradients_kept_by_the_caller_are_not_overwritten(graph, device, make):
         kept.append((grads, [g.clone() for g in grads], proj))
     for grads, copies, proj in kept:
         assert_equal(grads, copies)
-        assert_equal(grads, torch.autograd.grad(eager(graph, x), [x, next(eager.parameters())], proj))
+        assert_equal(
+            grads, torch.autograd.grad(eager(graph, x), [x, next(eager.parameters())], proj)
+        )
 
 
 @layers
@@ -202,7 +219,9 @@ def test_evaluation_between_training_steps_and_retained_graphs(graph, device, ma
                 into.append(layer(graph, x).clone())
             y = layer(graph, x).sum()
             params = list(layer.parameters())
-            into.extend(g.clone() for g in torch.autograd.grad(y, [x, params[0]], retain_graph=True))
+            into.extend(
+                g.clone() for g in torch.autograd.grad(y, [x, params[0]], retain_graph=True)
+            )
             into.extend(g.clone() for g in torch.autograd.grad(y * 3, [x, params[-1]]))
         assert_equal(got, want)
     assert replayed.replay.graphs() == (2, 1)  # a training and an evaluation configuration
@@ -245,7 +264,9 @@ def test_inside_a_captured_step(make):
     want = step(eager, graph, x, proj, "fp16")
     for _ in range(3):
         step(replayed, graph, x, proj, "fp16")
-    captured = graphed(lambda: step(replayed, graph, x, proj, "fp16"))  # the layer runs eagerly inside
+    captured = graphed(
+        lambda: step(replayed, graph, x, proj, "fp16")
+    )  # the layer runs eagerly inside
     assert_equal(captured(), want)
     # the step's warm-up calls and its capture run the layer eagerly: no configuration of their own
     assert replayed.replay.graphs() == (1, 1)

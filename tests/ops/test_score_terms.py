@@ -1,15 +1,20 @@
 """GAT's score terms (flashgnn.ops.score_terms): the torch composition on the CPU and the
 kernels on the GPU, forward and gradients, against float64."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from flashgnn.ops.score_terms import score_terms
-from tests.gpu_op_checks import run_twice_poisoned
 from tests.helpers import needs_gpu, rel_err
+from tests.ops.gpu_op_checks import run_twice_poisoned
 
-BOUND = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-6}  # d_ft, rounded to ft's type
+BOUND = {
+    torch.float16: 1e-3,
+    torch.bfloat16: 8e-3,
+    torch.float32: 1e-6,
+}  # d_ft, rounded to ft's type
 
 
 def _operands(heads, rows, terms, f_dim, dtype, device, seed=0):
@@ -25,8 +30,11 @@ def _reference(ft, attn, d_terms):
     heads, terms, f_dim = attn.shape
     x = ft.double().view(heads, -1, f_dim)
     w, d = attn.double(), d_terms.double().view(heads, -1, terms)
-    return (torch.einsum("hrf,haf->hra", x, w).reshape(-1, terms),
-            torch.einsum("hra,haf->hrf", d, w).reshape(-1, f_dim), torch.einsum("hra,hrf->haf", d, x))
+    return (
+        torch.einsum("hrf,haf->hra", x, w).reshape(-1, terms),
+        torch.einsum("hra,haf->hrf", d, w).reshape(-1, f_dim),
+        torch.einsum("hra,hrf->haf", d, x),
+    )
 
 
 def _run(ft, attn, d_terms):
@@ -57,7 +65,9 @@ def test_bad_shapes():
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("terms", [1, 2])
-@pytest.mark.parametrize("heads,rows,f_dim", [(1, 1, 1), (3, 37, 7), (4, 5000, 16), (2, 70_001, 33), (1, 50, 300)])
+@pytest.mark.parametrize(
+    "heads,rows,f_dim", [(1, 1, 1), (3, 37, 7), (4, 5000, 16), (2, 70_001, 33), (1, 50, 300)]
+)
 def test_gpu_kernels_match_float64(heads, rows, f_dim, terms, dtype):
     """Every output written (NaN-poisoned allocations), within fp32 rounding of float64 (d_ft
     within its type's rounding), the same bits on a second call; several blocks per head

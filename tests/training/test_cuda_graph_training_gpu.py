@@ -3,6 +3,7 @@ replayed epochs compute what eager epochs compute (same losses and scores, epoch
 with loss scaling in fp16), so the graph sees the weights each optimizer step writes and
 replays evaluation with the current weights; the step object itself warms up, captures once
 and replays."""
+
 from __future__ import annotations
 
 import csv
@@ -57,17 +58,37 @@ def _metrics(run_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("model", [
-    {"name": "gcn", "hidden_feats": 16, "dropout": 0.0},
-    {"name": "agnn", "hidden_feats": 16, "num_layers": 2, "dropout": 0.0},
-    {"name": "gat", "hidden_feats": 8, "heads": 2, "feat_drop": 0.0, "attn_drop": 0.0},
-], ids=lambda m: m["name"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"name": "gcn", "hidden_feats": 16, "dropout": 0.0},
+        {"name": "agnn", "hidden_feats": 16, "num_layers": 2, "dropout": 0.0},
+        {"name": "gat", "hidden_feats": 8, "heads": 2, "feat_drop": 0.0, "attn_drop": 0.0},
+    ],
+    ids=lambda m: m["name"],
+)
 def test_replayed_training_matches_eager_training(tmp_path, model, precision):
     def run(cuda_graph: bool, out):
-        return train({"dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
-                      "model": model, "output": {"dir": str(out)},
-                      "train": {"epochs": 10, "patience": None, "device": "cuda", "precision": precision,
-                                "progress": False, "cuda_graph": cuda_graph}})
+        return train(
+            {
+                "dataset": {
+                    "name": "synthetic",
+                    "num_nodes": 2000,
+                    "avg_degree": 8,
+                    "num_classes": 4,
+                },
+                "model": model,
+                "output": {"dir": str(out)},
+                "train": {
+                    "epochs": 10,
+                    "patience": None,
+                    "device": "cuda",
+                    "precision": precision,
+                    "progress": False,
+                    "cuda_graph": cuda_graph,
+                },
+            }
+        )
 
     eager, replayed = run(False, tmp_path / "eager"), run(True, tmp_path / "graph")
     a, b = _metrics(tmp_path / "eager"), _metrics(tmp_path / "graph")
@@ -75,28 +96,50 @@ def test_replayed_training_matches_eager_training(tmp_path, model, precision):
     losses = [float(r["loss"]) for r in b]
     assert losses[-1] < losses[WARMUP_CALLS]  # the replayed steps train
     for ra, rb in zip(a, b):
-        assert float(rb["loss"]) == pytest.approx(float(ra["loss"]), rel=1e-5, abs=1e-6), ra["epoch"]
+        assert float(rb["loss"]) == pytest.approx(float(ra["loss"]), rel=1e-5, abs=1e-6), ra[
+            "epoch"
+        ]
         for split in ("train", "val", "test"):
-            assert float(rb[split]) == pytest.approx(float(ra[split]), abs=1e-3), (ra["epoch"], split)
+            assert float(rb[split]) == pytest.approx(float(ra[split]), abs=1e-3), (
+                ra["epoch"],
+                split,
+            )
     assert replayed["test"] == pytest.approx(eager["test"], abs=1e-3)
 
 
 def test_replayed_dropout_draws_new_masks(tmp_path):
     """With dropout the replays must not repeat one mask: at a learning rate of 0 every epoch
     has the same weights, so only the dropout draws can change the loss."""
-    train({"dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
-           "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5}, "output": {"dir": str(tmp_path)},
-           "train": {"epochs": 8, "lr": 1e-30, "weight_decay": 0.0, "patience": None, "device": "cuda",
-                     "progress": False, "cuda_graph": True}})
+    train(
+        {
+            "dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
+            "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
+            "output": {"dir": str(tmp_path)},
+            "train": {
+                "epochs": 8,
+                "lr": 1e-30,
+                "weight_decay": 0.0,
+                "patience": None,
+                "device": "cuda",
+                "progress": False,
+                "cuda_graph": True,
+            },
+        }
+    )
     losses = [float(r["loss"]) for r in _metrics(tmp_path)][WARMUP_CALLS:]
     assert len(set(losses)) == len(losses)
 
 
 def test_auto_replays_a_small_graph(tmp_path):
     """train.cuda_graph's default, "auto", replays the steps of a small graph on CUDA."""
-    summary = train({"dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
-                     "model": {"name": "gcn", "hidden_feats": 16}, "output": {"dir": str(tmp_path)},
-                     "train": {"epochs": 6, "patience": None, "device": "cuda", "progress": False}})
+    summary = train(
+        {
+            "dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
+            "model": {"name": "gcn", "hidden_feats": 16},
+            "output": {"dir": str(tmp_path)},
+            "train": {"epochs": 6, "patience": None, "device": "cuda", "progress": False},
+        }
+    )
     assert summary["cuda_graph"] is True
     losses = [float(r["loss"]) for r in _metrics(tmp_path)]
     assert len(losses) == 6 and losses[-1] < losses[WARMUP_CALLS]

@@ -1,4 +1,5 @@
 """``flashgnn demo``: the ops forward and backward on a generated graph, against scipy."""
+
 from flashgnn.cli import main
 
 

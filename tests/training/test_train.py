@@ -1,5 +1,6 @@
 """Training from configs: accuracy on cora against the GCN paper and across precisions,
 resuming, the run folder's records, the command line, and clear errors for bad input."""
+
 from __future__ import annotations
 
 import csv
@@ -18,7 +19,7 @@ from flashgnn.training.loop import AUTO_CUDA_GRAPH_EDGES, use_cuda_graph
 from flashgnn.training.precision import RoundedMatmuls, precision_scope
 from tests.helpers import needs_gpu
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -37,9 +38,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def small_synthetic(tmp_path: Path, **train) -> dict:
-    return {"dataset": {"name": "synthetic", "num_nodes": 1500, "avg_degree": 8, "num_classes": 4},
-            "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
-            "train": {"epochs": 12, "progress": False, **train}, "output": {"dir": str(tmp_path)}}
+    return {
+        "dataset": {"name": "synthetic", "num_nodes": 1500, "avg_degree": 8, "num_classes": 4},
+        "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
+        "train": {"epochs": 12, "progress": False, **train},
+        "output": {"dir": str(tmp_path)},
+    }
 
 
 # ---------------------------------------------------------------------------- accuracy
@@ -87,7 +91,11 @@ def test_run_folder_records_the_best_epoch(cora_runs):
     assert summary["test"] == pytest.approx(float(rows[best]["test"]))
     assert json.loads((run_dir / "summary.json").read_text())["test"] == summary["test"]
     assert torch.load(run_dir / "best.pt", weights_only=True)["epoch"] == best + 1
-    assert summary["preprocess_s"] > 0 and summary["epoch_time_s"] > 0 and summary["peak_gpu_memory_mb"] is None
+    assert (
+        summary["preprocess_s"] > 0
+        and summary["epoch_time_s"] > 0
+        and summary["peak_gpu_memory_mb"] is None
+    )
     assert resolve_config(load_config(run_dir / "config.yaml")) == summary["config"]
 
 
@@ -110,7 +118,9 @@ def test_minibatch_training_learns_the_synthetic_graph(tmp_path):
     accurate as full-graph steps within a few points."""
     full = small_synthetic(tmp_path / "full", epochs=40, patience=None)
     full["dataset"].update(num_nodes=3000, num_classes=8)
-    mini = small_synthetic(tmp_path / "mini", epochs=40, patience=None, batch_size=256, fanouts=[5, 5])
+    mini = small_synthetic(
+        tmp_path / "mini", epochs=40, patience=None, batch_size=256, fanouts=[5, 5]
+    )
     mini["dataset"] = full["dataset"]
     a, b = train(full), train(mini)
     assert b["test"] > 0.5 and b["test"] >= a["test"] - 0.05, (a["test"], b["test"])
@@ -122,8 +132,12 @@ def test_minibatch_resume_continues_exactly_where_it_stopped(tmp_path):
     mini = {"batch_size": 200, "fanouts": [4, -1], "patience": None}
     straight = train(small_synthetic(tmp_path / "straight", epochs=6, **mini))
     train(small_synthetic(tmp_path / "resumed", epochs=3, **mini))
-    resumed = train(small_synthetic(tmp_path / "resumed", epochs=6, **mini), resume=tmp_path / "resumed")
-    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [r["loss"] for r in read_metrics(tmp_path / "resumed")]
+    resumed = train(
+        small_synthetic(tmp_path / "resumed", epochs=6, **mini), resume=tmp_path / "resumed"
+    )
+    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [
+        r["loss"] for r in read_metrics(tmp_path / "resumed")
+    ]
     assert resumed["test"] == straight["test"]
 
 
@@ -132,18 +146,30 @@ def test_minibatch_resume_continues_exactly_where_it_stopped(tmp_path):
 def test_minibatch_on_the_gpu_learns_and_resumes_exactly(tmp_path, precision):
     """On CUDA the sampler draws in a kernel from a seed of torch's CUDA generator, which the
     checkpoint keeps: a resumed run repeats the straight one's losses."""
-    mini = {"batch_size": 200, "fanouts": [4, 6], "patience": None, "device": "cuda", "precision": precision}
+    mini = {
+        "batch_size": 200,
+        "fanouts": [4, 6],
+        "patience": None,
+        "device": "cuda",
+        "precision": precision,
+    }
     straight = train(small_synthetic(tmp_path / "straight", epochs=30, **mini))
     assert straight["test"] > 0.5 and straight["device"].startswith("cuda")
     train(small_synthetic(tmp_path / "resumed", epochs=15, **mini))
-    resumed = train(small_synthetic(tmp_path / "resumed", epochs=30, **mini), resume=tmp_path / "resumed")
-    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [r["loss"] for r in read_metrics(tmp_path / "resumed")]
+    resumed = train(
+        small_synthetic(tmp_path / "resumed", epochs=30, **mini), resume=tmp_path / "resumed"
+    )
+    assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [
+        r["loss"] for r in read_metrics(tmp_path / "resumed")
+    ]
     assert resumed["test"] == straight["test"]
 
 
 def test_minibatch_needs_one_fanout_per_graph_layer(tmp_path):
     cfg = small_synthetic(tmp_path, batch_size=64, fanouts=[5, 5, 5])  # a 2-layer GCN
-    with pytest.raises(ConfigError, match=r"train.fanouts.*one fanout per graph layer of the model \(2\)"):
+    with pytest.raises(
+        ConfigError, match=r"train.fanouts.*one fanout per graph layer of the model \(2\)"
+    ):
         train(cfg)
 
 
@@ -152,7 +178,9 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     straight = train(small_synthetic(tmp_path / "straight", epochs=12, patience=None))
     first = train(small_synthetic(tmp_path / "resumed", epochs=6, patience=None))
     assert first["epochs_run"] == 6
-    resumed = train(small_synthetic(tmp_path / "resumed", epochs=12, patience=None), resume=tmp_path / "resumed")
+    resumed = train(
+        small_synthetic(tmp_path / "resumed", epochs=12, patience=None), resume=tmp_path / "resumed"
+    )
     assert resumed["resumed_from_epoch"] == 6 and resumed["epochs_run"] == 12
     a, b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
     assert len(b) == 12
@@ -201,8 +229,21 @@ def test_precision_scope_runs_a_cuda_backward_on_the_calling_thread():
 def test_cli_train_then_resume(tmp_path, capsys):
     config = CONFIGS / "gcn-synthetic-small.yaml"
     out = tmp_path / "run"
-    assert cli_main(["train", "--config", str(config), "--output", str(out), "train.epochs=3",
-                     "train.progress=false", "dataset.num_nodes=800"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--output",
+                str(out),
+                "train.epochs=3",
+                "train.progress=false",
+                "dataset.num_nodes=800",
+            ]
+        )
+        == 0
+    )
     assert "gcn-synthetic-small: best epoch" in capsys.readouterr().out
     assert cli_main(["train", "--resume", str(out), "train.epochs=5"]) == 0
     assert [int(r["epoch"]) for r in read_metrics(out)] == [1, 2, 3, 4, 5]
@@ -211,21 +252,46 @@ def test_cli_train_then_resume(tmp_path, capsys):
 
 def test_cli_compare_writes_tables(tmp_path, capsys):
     out = tmp_path / "compare"
-    assert cli_main(["compare", "--config", str(CONFIGS / "gcn-synthetic-small.yaml"), "--precisions", "fp32,fp16",
-                     "--seeds", "2", "--output", str(out), "train.epochs=4", "train.progress=false",
-                     "dataset.num_nodes=800"]) == 0
+    assert (
+        cli_main(
+            [
+                "compare",
+                "--config",
+                str(CONFIGS / "gcn-synthetic-small.yaml"),
+                "--precisions",
+                "fp32,fp16",
+                "--seeds",
+                "2",
+                "--output",
+                str(out),
+                "train.epochs=4",
+                "train.progress=false",
+                "dataset.num_nodes=800",
+            ]
+        )
+        == 0
+    )
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [(r["precision"], r["seed"]) for r in runs] == [("fp32", "0"), ("fp32", "1"), ("fp16", "0"), ("fp16", "1")]
+    assert [(r["precision"], r["seed"]) for r in runs] == [
+        ("fp32", "0"),
+        ("fp32", "1"),
+        ("fp16", "0"),
+        ("fp16", "1"),
+    ]
     for r in runs:
-        summary = json.loads((out / f"{r['precision']}-seed{r['seed']}" / "summary.json").read_text())
+        summary = json.loads(
+            (out / f"{r['precision']}-seed{r['seed']}" / "summary.json").read_text()
+        )
         assert float(r["test"]) == pytest.approx(summary["test"])
     with open(out / "compare.csv", newline="") as f:
         table = {r["precision"]: r for r in csv.DictReader(f)}
     tests = [float(r["test"]) for r in runs if r["precision"] == "fp16"]
     assert float(table["fp16"]["test_mean"]) == pytest.approx(sum(tests) / 2)
     fp32_mean = float(table["fp32"]["test_mean"])
-    assert float(table["fp16"]["delta_vs_fp32"]) == pytest.approx(float(table["fp16"]["test_mean"]) - fp32_mean)
+    assert float(table["fp16"]["delta_vs_fp32"]) == pytest.approx(
+        float(table["fp16"]["test_mean"]) - fp32_mean
+    )
     markdown = (out / "compare.md").read_text()
     assert "| fp16 | 2 |" in markdown and "test accuracy (mean +- std)" in markdown
     if importlib.util.find_spec("matplotlib") is None:
@@ -236,22 +302,28 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("config, message", [
-    ({"trian": {}}, "unknown config key 'trian'"),
-    ({"train": {"lr": -1}}, "train.lr"),
-    ({"train": {"precision": "fp8"}}, "train.precision"),
-    ({"train": {"epochs": 1.5}}, "train.epochs"),
-    ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
-    ({"model": "gcn"}, "'model' must be a mapping"),
-    ({"dataset": {"root": "x"}}, "dataset.name"),
-    ({"train": {"cuda_graph": "yes"}}, "train.cuda_graph"),
-    ({"train": {"batch_size": 0, "fanouts": [5]}}, "train.batch_size"),
-    ({"train": {"batch_size": 64, "fanouts": [0]}}, "train.fanouts"),
-    ({"train": {"batch_size": 64, "fanouts": []}}, "train.fanouts"),
-    ({"train": {"batch_size": 64}}, "train.fanouts.*set together with train.batch_size"),
-    ({"train": {"fanouts": [5, 5]}}, "train.fanouts.*set together with train.batch_size"),
-    ({"train": {"batch_size": 64, "fanouts": [5], "cuda_graph": True}}, "train.cuda_graph.*mini-batch"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"trian": {}}, "unknown config key 'trian'"),
+        ({"train": {"lr": -1}}, "train.lr"),
+        ({"train": {"precision": "fp8"}}, "train.precision"),
+        ({"train": {"epochs": 1.5}}, "train.epochs"),
+        ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
+        ({"model": "gcn"}, "'model' must be a mapping"),
+        ({"dataset": {"root": "x"}}, "dataset.name"),
+        ({"train": {"cuda_graph": "yes"}}, "train.cuda_graph"),
+        ({"train": {"batch_size": 0, "fanouts": [5]}}, "train.batch_size"),
+        ({"train": {"batch_size": 64, "fanouts": [0]}}, "train.fanouts"),
+        ({"train": {"batch_size": 64, "fanouts": []}}, "train.fanouts"),
+        ({"train": {"batch_size": 64}}, "train.fanouts.*set together with train.batch_size"),
+        ({"train": {"fanouts": [5, 5]}}, "train.fanouts.*set together with train.batch_size"),
+        (
+            {"train": {"batch_size": 64, "fanouts": [5], "cuda_graph": True}},
+            "train.cuda_graph.*mini-batch",
+        ),
+    ],
+)
 def test_bad_config_names_the_key(config, message):
     with pytest.raises(ConfigError, match=message):
         resolve_config(config)
@@ -286,8 +358,11 @@ def test_bad_model_or_dataset_keyword_is_a_config_error(tmp_path):
 
 
 def test_missing_dataset_names_the_expected_files(tmp_path):
-    cfg = {"dataset": {"name": "igb-small", "root": str(tmp_path)}, "train": {"progress": False},
-           "output": {"dir": str(tmp_path / "run")}}
+    cfg = {
+        "dataset": {"name": "igb-small", "root": str(tmp_path)},
+        "train": {"progress": False},
+        "output": {"dir": str(tmp_path / "run")},
+    }
     with pytest.raises(FileNotFoundError, match=r"small/processed[\s\S]*node_feat\.npy"):
         train(cfg)
 
@@ -303,8 +378,9 @@ def test_bad_config_files_and_overrides(tmp_path):
         load_config(tmp_path / "broken.yaml")
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["train.epochs"])
-    assert apply_overrides({"train": {"lr": 1}}, ["train.lr=1e-3", "train.patience=null"]) == \
-        {"train": {"lr": 1e-3, "patience": None}}
+    assert apply_overrides({"train": {"lr": 1}}, ["train.lr=1e-3", "train.patience=null"]) == {
+        "train": {"lr": 1e-3, "patience": None}
+    }
 
 
 def test_every_shipped_config_is_valid():
@@ -314,14 +390,16 @@ def test_every_shipped_config_is_valid():
     assert len(names) >= 27
     for name in names:
         cfg = resolve_config(load_config(CONFIGS / name))
-        assert cfg["name"] == name[:-len(".yaml")]
+        assert cfg["name"] == name[: -len(".yaml")]
         model = {k: v for k, v in cfg["model"].items() if k != "name"}
         build_model(cfg["model"]["name"], 8, 3, **model)  # every model keyword exists
 
 
 def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert cli_main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
-    assert cli_main(["train", "--config", str(CONFIGS / "gcn-synthetic-small.yaml"), "bogus=1"]) == 2
+    assert (
+        cli_main(["train", "--config", str(CONFIGS / "gcn-synthetic-small.yaml"), "bogus=1"]) == 2
+    )
     err = capsys.readouterr().err
     assert "flashgnn train: error: config file not found" in err and "nope.yaml" in err
     assert "unknown config key 'bogus'" in err and "Traceback" not in err
