@@ -37,7 +37,7 @@ bench() {
 for benchmark in ${*:-kernels layers training e2e ablation}; do
     case $benchmark in
         kernels) bench kernels --timer back-to-back --check ;;
-        layers) bench layers --precisions fp32,fp16 ;;
+        layers) bench layers --precisions fp32,fp16 --rounds 5 ;;
         training) bench training --precisions fp32,fp16 ;;
         e2e) bench e2e --graphs cora,deezer_europe,musae_facebook,musae_github \
                  --models gcn2,agnn,gat --precisions fp32,fp16 --cuda-graph ;;
