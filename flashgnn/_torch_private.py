@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+from torch.utils import _python_dispatch
 
 
 def storage_use_counter(storage: torch.UntypedStorage) -> Callable[[], int]:
@@ -37,3 +38,18 @@ def gpu_sleep(cycles: int) -> None:
     (``torch.cuda._sleep``). The timers use it to keep the GPU busy while the host prepares a
     timed call; torch has no public kernel that only waits."""
     torch.cuda._sleep(cycles)
+
+
+def current_raw_stream(device_index: int) -> int:
+    """The raw ``cudaStream_t`` handle of torch's current stream on ``device_index``
+    (``torch._C._cuda_getCurrentRawStream``). The launch path needs it on every kernel launch;
+    ``torch.cuda.current_stream(i).cuda_stream`` gives the same number through a Python
+    ``Stream`` object, several times the cost. CUDA builds of torch only."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def dispatch_mode_active() -> bool:
+    """Whether a Python dispatch mode (make_fx, AOTAutograd's tracing, fake tensors) is active
+    on this thread (``torch.utils._python_dispatch._get_current_dispatch_mode``): ops must then
+    go through the dispatcher. torch has no public query for it."""
+    return _python_dispatch._get_current_dispatch_mode() is not None

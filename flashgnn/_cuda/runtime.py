@@ -11,6 +11,7 @@ import threading
 
 import torch
 
+from .._torch_private import current_raw_stream
 from .compiler import _import_cuda_core, compile_source
 from .params import MAX_PARAMS, KernelParams
 from .sources import KernelSource
@@ -99,7 +100,7 @@ def operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def current_stream(device: torch.device) -> int:
     """The raw handle of torch's current stream on ``device``."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return torch._C._cuda_getCurrentRawStream(index)
+    return current_raw_stream(index)
 
 
 class _Parameters(threading.local):
@@ -178,7 +179,7 @@ def launch(
     _device(index)  # current in this thread (autograd's backward threads included)
     grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
     if stream is None:
-        stream = torch._C._cuda_getCurrentRawStream(index)
+        stream = current_raw_stream(index)
     params = _parameters.packed(name, src.params[name], args)
     cu_launch_kernel, cu_launch_kernel_ex, success = _launch_api()
     if dependent:

@@ -11,13 +11,14 @@ so they run the implementation too (or the op, when AOTAutograd traces the backw
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from .._torch_private import dispatch_mode_active
 
 
 def tracing() -> bool:
     """True under torch.compile or any tracing dispatch mode (make_fx, AOTAutograd, fake
     tensors), where the ops must go through the dispatcher."""
-    return torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+    return torch.compiler.is_compiling() or dispatch_mode_active()
 
 
 def op_entry(op, impl, setup_context, backward):

@@ -79,3 +79,29 @@ def test_a_missing_use_count_fails_with_the_reason(monkeypatch):
     monkeypatch.delattr(torch._C, "_storage_Use_Count")
     with pytest.raises(RuntimeError, match="_storage_Use_Count"):
         storage_use_counter(torch.randn(2).untyped_storage())
+
+
+def test_dispatch_mode_query_sees_a_tracing_mode():
+    """``dispatch_mode_active`` is what decides whether ops enter through the dispatcher."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from flashgnn._torch_private import dispatch_mode_active
+
+    assert dispatch_mode_active() is False
+    with TorchDispatchMode():
+        assert dispatch_mode_active() is True, (
+            "torch.utils._python_dispatch._get_current_dispatch_mode no longer reports an "
+            "active dispatch mode: traced ops would skip the dispatcher"
+        )
+
+
+@needs_gpu
+def test_current_raw_stream_is_the_current_streams_handle():
+    from flashgnn._torch_private import current_raw_stream
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        assert current_raw_stream(torch.cuda.current_device()) == stream.cuda_stream, (
+            "torch._C._cuda_getCurrentRawStream no longer returns the current stream's handle: "
+            "kernels would launch on the wrong stream"
+        )

@@ -18,7 +18,7 @@ FORMAT_MODULES = (
     "flashgnn.block_diagonal",
 )
 # what the formats and the launchers both use: below every layer
-SHARED_BELOW = ("flashgnn.tensor_cache", "flashgnn.pattern_nnz")
+SHARED_BELOW = ("flashgnn.tensor_cache", "flashgnn.pattern_nnz", "flashgnn._torch_private")
 ABOVE_CUDA = FORMAT_MODULES + (
     "flashgnn.graph",
     "flashgnn.sampling",
