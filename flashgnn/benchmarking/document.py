@@ -34,13 +34,9 @@ INTRO = f"""\
 
 # Benchmarks
 
-This file is generated from the result files in [`{RESULTS_DIR}/`]({RESULTS_DIR}/) by
-
-    {REPORT_COMMAND}
-
-so rerun the benchmarks (below) rather than edit it. Each table is one run on one GPU, stamped
-with its commit, GPU, driver, CUDA, torch, date and the command that reproduces it; its CSV
-holds every row (per graph, with errors and throughput).
+Generated from the result files in [`{RESULTS_DIR}/`]({RESULTS_DIR}/): rerun the benchmarks
+(below) rather than edit it. Each table is one run on one GPU, stamped with its commit, GPU,
+driver, CUDA, torch, date and the command that reproduces it; its CSV holds every row.
 
 ## How to read
 
@@ -102,13 +98,11 @@ Timers: `flashgnn/benchmarking/timing.py`; each benchmark's method: its module's
 {RUN_ALL} --compare kernels layers   # and show each new table against the one it replaces
 ```
 
-The script runs each benchmark with `--results {RESULTS_DIR}` (any `flashgnn bench` command
-takes it), which writes `{RESULTS_DIR}/<gpu>/<benchmark>.csv` and its stamp
-(`<benchmark>.csv.json`), replacing that GPU's previous run (with `--compare`, kept as
-`<benchmark>.before.csv` and shown under the new table), then regenerates this file. Each table
-below names the exact command of its run. Real graphs are read from `$FLASHGNN_DATA`
-(default `../shared/datasets`); the generated graphs are made on first use and cached
-(`--cache-dir`).
+Each benchmark runs with `--results {RESULTS_DIR}` (any `flashgnn bench` command takes it),
+writing `{RESULTS_DIR}/<gpu>/<benchmark>.csv` and its stamp (`.csv.json`) in place of that GPU's
+last run (`--compare` keeps it as `<benchmark>.before.csv`, shown under the new table); then
+`{REPORT_COMMAND}` regenerates this file. Real graphs come from `$FLASHGNN_DATA` (default
+`../shared/datasets`); generated graphs are made once and cached (`--cache-dir`).
 """
 
 SECTIONS = {  # benchmark (CSV name): (title, what it measures)
