@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from . import cache
 from .compiler import compile_source, resources_by_symbol
 from .declarations import DECLARED
 from .signatures import check_declarations
@@ -24,6 +25,11 @@ def load_all_sources() -> None:
 
 
 def check(archs: list[str], use_cache: bool) -> int:
+    try:
+        cache.open_dir()  # an unsafe cache folder is one error, not one per kernel
+    except cache.UnsafeCacheDir as e:
+        print(e, file=sys.stderr)
+        return 1
     load_all_sources()
     problems = check_declarations(kernel_dir(), DECLARED)
     for problem in problems:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 from dataclasses import dataclass
@@ -39,20 +38,27 @@ def nvrtc_version() -> str:
 
 
 def compile_source(src: KernelSource, arch: str, use_cache: bool = True) -> Compiled:
-    """Compile ``src`` for ``arch`` (e.g. "sm_90") into a cubin, through the disk cache."""
+    """Compile ``src`` for ``arch`` (e.g. "sm_90") into a cubin, through the disk cache: an entry
+    that checks out (cache.py) is returned, anything else is compiled and written back
+    (``use_cache=False`` compiles and writes without reading). Raises cache.UnsafeCacheDir for
+    a cache folder that others can write to, before compiling anything."""
     if not re.fullmatch(r"sm_\d+a?", arch):
         raise ValueError(f"architecture must look like 'sm_90', got {arch!r}")
     cc = _import_cuda_core()
-    key_text = "|".join(
-        [src.file, src.digest(), arch, OPTIONS_VERSION, nvrtc_version(), *src.name_expressions]
-    )
-    digest = hashlib.sha256(key_text.encode()).hexdigest()[:24]
-    key = f"{src.file.removesuffix('.cu')}-{arch}-{digest}"
-    if use_cache:
-        hit = cache.load(key)
+    folder = cache.open_dir()
+    keyed = {
+        "source": src.file,
+        "source_sha256": src.digest(),
+        "arch": arch,
+        "options": OPTIONS_VERSION,
+        "nvrtc": nvrtc_version(),
+        "name_expressions": list(src.name_expressions),
+    }
+    key = f"{src.file.removesuffix('.cu')}-{arch}-{cache.digest(keyed)[:24]}"
+    if use_cache and folder is not None:
+        hit = cache.load(folder, key, keyed, src.name_expressions)
         if hit is not None:
-            cubin, meta = hit
-            return Compiled(cubin, meta["symbols"], meta["log"])
+            return Compiled(*hit)
     options = cc.ProgramOptions(
         name=src.file,
         arch=arch,
@@ -73,7 +79,8 @@ def compile_source(src: KernelSource, arch: str, use_cache: bool = True) -> Comp
         k: (v.decode() if isinstance(v, bytes) else v) for k, v in obj.symbol_mapping.items()
     }
     result = Compiled(bytes(obj.code), symbols, log.getvalue())
-    cache.store(key, result.cubin, {"symbols": symbols, "log": result.log})
+    if folder is not None:
+        cache.store(folder, key, keyed, result.cubin, result.symbols, result.log)
     return result
 
 

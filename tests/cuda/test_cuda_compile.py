@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -17,23 +16,10 @@ from flashgnn._cuda import compiler, runtime, sources
 from flashgnn._cuda.check import load_all_sources
 from flashgnn._cuda.check import main as check_main
 from flashgnn._cuda.sources import SOURCES, KernelSource
+from tests.cuda.tiny_kernel import ELF_MAGIC, TINY, TINY_HEADER, TINY_SOURCE, cubins
 from tests.helpers import REPO_ROOT
 
 ARCHS = ["sm_80", "sm_90"]
-ELF_MAGIC = b"\x7fELF"
-
-# a small kernel of our own, so that cache tests compile in a fraction of a second and do not
-# depend on the project's kernels
-TINY_HEADER = "#pragma once\n#define TINY_SCALE 2.0f\n"
-TINY_SOURCE = textwrap.dedent("""\
-    #include "tiny.cuh"
-    template <typename T>
-    __global__ void scale(T* x, long long n) {
-        long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-        if (i < n) x[i] *= T(TINY_SCALE);
-    }
-""")
-TINY = KernelSource("tiny.cu", ("scale<float>", "scale<double>"))
 
 
 def run_cli(cache_dir, *args: str) -> subprocess.CompletedProcess:
@@ -46,47 +32,6 @@ def run_cli(cache_dir, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
-
-
-def cubins(cache_dir) -> list:
-    return sorted(cache_dir.glob("*.cubin"))
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv("FLASHGNN_CACHE_DIR", str(path))
-    return path
-
-
-@pytest.fixture
-def tiny_kernels(tmp_path, monkeypatch):
-    """A kernels folder holding only tiny.cu and tiny.cuh, read instead of the repository's."""
-    path = tmp_path / "kernels"
-    path.mkdir()
-    (path / "tiny.cu").write_text(TINY_SOURCE)
-    (path / "tiny.cuh").write_text(TINY_HEADER)
-    monkeypatch.setattr(sources, "kernel_dir", lambda: path)
-    monkeypatch.setattr(compiler, "kernel_dir", lambda: path)
-    return path
-
-
-@pytest.fixture
-def nvrtc_runs(monkeypatch) -> list:
-    """Records every NVRTC program the compiler creates (cuda.core.Program, counted)."""
-    real = compiler._import_cuda_core()
-    runs = []
-
-    class CountingCudaCore:
-        ProgramOptions = real.ProgramOptions
-
-        @staticmethod
-        def Program(*args, **kwargs):
-            runs.append(args[0])
-            return real.Program(*args, **kwargs)
-
-    monkeypatch.setattr(compiler, "_import_cuda_core", lambda: CountingCudaCore)
-    return runs
 
 
 # ---------------------------------------------------------------------------- --check
