@@ -116,10 +116,10 @@ def _row_sums(
     n_cols: int,
     k: int,
 ) -> Tensor:
-    """sum_j values[slot(i, j)] for every row i, [n_rows, 1]: an exact fp32 (or float64) SpMM
-    with ones."""
+    """sum_j values[slot(i, j)] for every row i, [n_rows, 1] in values' dtype: an exact fp32
+    (or float64) SpMM with ones."""
     ones = values.new_ones(n_cols, 1)
-    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE)
+    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", False, *NO_TRANSPOSE)
 
 
 def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
