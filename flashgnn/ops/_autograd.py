@@ -6,9 +6,12 @@ torch.compile can trace it. An eager call through the dispatcher costs several k
 launches' worth of host time, so eager calls skip it: without gradients they run the
 implementation itself, with gradients an autograd.Function with the very same setup_context
 and backward. Backward functions call ops through the same entry point; grad mode is off there,
-so they run the implementation too (or the op, when AOTAutograd traces the backward)."""
+so they run the implementation too (or the op, when AOTAutograd traces the backward), unless a
+higher derivative is asked for (``create_graph``): then the Function records them."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -47,3 +50,21 @@ def op_entry(op, impl, setup_context, backward):
         return impl(*inputs)
 
     return call
+
+
+def recorded_gradients(
+    composed: Callable[..., torch.Tensor],
+    inputs: tuple[torch.Tensor | None, ...],
+    needs: tuple[bool, ...],
+    grad: torch.Tensor,
+) -> tuple[torch.Tensor | None, ...]:
+    """The gradients of ``composed(*inputs)`` for ``grad`` with respect to the ``inputs`` that
+    ``needs`` marks (None for the others), recorded by autograd: how a fused node's backward
+    runs when a higher derivative is asked for (``create_graph``), ``composed`` being its
+    output from the registered ops' entries. Each input enters as an alias of its own, so that
+    one tensor passed as two inputs gets the gradient of each."""
+    aliases = tuple(None if t is None else t.view_as(t) for t in inputs)
+    output = composed(*aliases)
+    wanted = [t for t, need in zip(aliases, needs) if need]
+    found = iter(torch.autograd.grad(output, wanted, grad, create_graph=True, allow_unused=True))
+    return tuple(next(found) if need else None for need in needs)

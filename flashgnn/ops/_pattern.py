@@ -38,7 +38,8 @@ def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> 
         if hit is not None and hit[0] is t_perm:
             return hit[1]
     n_slots = 8 * t_col_idx.numel()
-    if values.is_cuda and not tracing():
+    # the kernel records no gradient: values that take one in a higher derivative are indexed
+    if values.is_cuda and not tracing() and not (values.requires_grad and torch.is_grad_enabled()):
         out = move_values_cuda(values, t_src, t_perm, values.new_empty(n_slots))
     else:
         out = values.new_empty(n_slots)

@@ -8,7 +8,9 @@ On a graph of a few hundred thousand edges the composition spends most of its ti
 host, so this halves a layer's time there. Given a layer's ``NodeReplay`` (``ops.replay``),
 the forward's and the backward's kernels, after a copy of their input into a static buffer,
 are replayed from CUDA graphs: the same functions (``_forward_body``, ``_backward_body``) run
-eagerly or captured, so both give the same bits.
+eagerly or captured, so both give the same bits. A backward asked for a higher derivative
+(``create_graph``) recomputes the output by the composed ops, which autograd differentiates
+and records, and never replays.
 """
 
 from __future__ import annotations
@@ -16,18 +18,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_cuda
 from ..format import MEBCRS
-from ._autograd import tracing
+from ._autograd import recorded_gradients, tracing
 from ._pattern import NO_TRANSPOSE, check_dense, pattern_args, transpose_args, transposed_values
-from .edge_softmax import _edge_softmax_backward, edge_softmax, scaled_edge_softmax
+from .edge_softmax import _edge_softmax_backward, edge_softmax_call, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
 from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
-from .sddmm import _sddmm, sddmm
-from .spmm import _spmm, spmm
+from .sddmm import _sddmm, sddmm_call
+from .spmm import _spmm, spmm_call
 
 NORMALIZE_EPS = (
     1e-12  # F.normalize's default, as DGL and PyG use it (kernels/row_normalize.cu: EPS)
@@ -37,28 +38,51 @@ NORMALIZE_EPS = (
 class _Propagate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision, replay):
-        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
+        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None.
+        Returns (out, a replay's static copy of feat when feat needs a gradient, else None)."""
         slot = forward_slot(replay)
         if slot is not None:
             out, *saved = slot.replay_forward(feat)
         else:
             out, *saved = _forward_body(feat, feat_dst, beta, pattern, n_rows, k, precision)
+        # A higher derivative recomputes the composition from feat: a replayed forward holds
+        # a static copy of it, which becomes a second output whose gradient the backward
+        # passes on to feat (holding feat itself would keep a layer's input alive).
+        copy = saved[0] if slot is not None and ctx.needs_input_grad[0] else None
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(*saved, feat_dst, beta, *pattern, *transposed)
         ctx.n_rows, ctx.k, ctx.precision, ctx.replay = n_rows, k, precision, replay
-        return out
+        return out, copy
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        slot = backward_slot(ctx.replay)
-        if slot is not None:
-            slot.grad_input.copy_(grad)
-            grads = slot.replay_backward()
-        else:
-            grads = _backward_body(
-                grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision, ctx.needs_input_grad[:3]
+    def backward(ctx, grad, grad_copy):
+        needs = ctx.needs_input_grad[:3]
+        if grad is None:
+            grads = (None, None, None)
+        elif torch.is_grad_enabled():  # a higher derivative: recorded, never replayed
+            saved = ctx.saved_tensors  # _forward_body's 8, feat_dst, beta, A's 3, A^T's 5
+            feat, *_, feat_dst, beta = saved[:10]
+            grads = recorded_gradients(
+                lambda *inputs: _composed(
+                    saved[10:13], saved[13:], *inputs, ctx.n_rows, ctx.k, ctx.precision
+                ),
+                (feat, feat_dst, beta),
+                needs,
+                grad,
             )
-        return *grads, None, None, None, None, None, None
+        else:
+            slot = None if grad_copy is not None else backward_slot(ctx.replay)
+            if slot is not None:
+                slot.grad_input.copy_(grad)
+                grads = slot.replay_backward()
+            else:
+                grads = _backward_body(
+                    grad, *ctx.saved_tensors, ctx.n_rows, ctx.k, ctx.precision, needs
+                )
+        grad_feat, grad_dst, grad_beta = grads
+        if grad_copy is not None:
+            grad_feat = grad_copy if grad_feat is None else grad_feat + grad_copy
+        return grad_feat, grad_dst, grad_beta, None, None, None, None, None, None
 
 
 def _forward_body(
@@ -147,6 +171,29 @@ def _backward_body(
     return d_feat.to(feat.dtype), grad_dst, grad_beta
 
 
+def _composed(
+    pattern: tuple,
+    transposed: tuple,
+    feat: Tensor,
+    feat_dst: Tensor | None,
+    beta: Tensor,
+    n_rows: int,
+    k: int,
+    precision: str,
+) -> Tensor:
+    """``agnn_propagate`` from the registered ops' entries and F.normalize (what compiling
+    traces, and what a higher derivative differentiates)."""
+    unit = F.normalize(feat, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+    unit_dst = (
+        unit[:n_rows]
+        if feat_dst is None
+        else F.normalize(feat_dst, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+    )
+    cos = sddmm_call(*pattern, unit_dst, unit, k, precision, *transposed)
+    prob = edge_softmax_call(*pattern, beta * cos, n_rows, k)
+    return spmm_call(*pattern, prob, feat, n_rows, k, precision, False, *transposed)
+
+
 def _normalize(
     feat: Tensor, precision: str, with_feat: bool = True
 ) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -192,8 +239,8 @@ def agnn_propagate(
     feat_dst [N_dst, F] of feat's dtype, the destinations', or None: they are feat's first N_dst
     rows (a square graph's nodes, a DGL block's destinations); beta [1] (differentiable).
     Returns [N_dst, F] in feat's dtype. The SDDMM and the SpMM run in ``precision``;
-    normalisation and softmax in fp32 (float64 for float64 inputs). Differentiable once (the
-    composed ops, used when compiling, also give second derivatives). replay: the calling
+    normalisation and softmax in fp32 (float64 for float64 inputs). Differentiable to any
+    order (a higher derivative differentiates the composed ops). replay: the calling
     layer's ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (without
     feat_dst; ``ops.replay``: the same bits).
     """
@@ -215,15 +262,6 @@ def agnn_propagate(
             )
     if not isinstance(beta, Tensor) or beta.shape != (1,) or beta.device != feat.device:
         raise ValueError(f"beta must be a tensor of shape (1,) on {feat.device}, got {beta!r}")
-    if tracing():  # torch.compile traces the registered ops
-        unit = F.normalize(feat, p=2.0, dim=-1, eps=NORMALIZE_EPS)
-        unit_dst = (
-            unit[: a.n_rows]
-            if feat_dst is None
-            else F.normalize(feat_dst, p=2.0, dim=-1, eps=NORMALIZE_EPS)
-        )
-        prob = edge_softmax(a, beta * sddmm(a, unit_dst, unit, precision))
-        return spmm(a, feat, precision, values=prob)
     need_t = torch.is_grad_enabled() and (
         feat.requires_grad
         or beta.requires_grad
@@ -239,6 +277,8 @@ def agnn_propagate(
         a.k,
         precision,
     )
+    if tracing():  # torch.compile traces the registered ops
+        return _composed(*args[3:5], feat, feat_dst, beta, *args[5:])
     plan = None
     if (
         replay is not None
@@ -247,7 +287,7 @@ def agnn_propagate(
         and replay.applies(feat, a.nnz)
     ):
         plan = _replay_plan(replay, a, *args)
-    return _Propagate.apply(*args, plan)
+    return _Propagate.apply(*args, plan)[0]
 
 
 def _replay_plan(

@@ -79,7 +79,12 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     row_ptr, col_idx, vec_mask, probs = ctx.saved_tensors
-    backward = edge_softmax_backward_op if tracing() else _edge_softmax_backward
+    if tracing():
+        backward = edge_softmax_backward_op
+    elif torch.is_grad_enabled():  # a higher derivative: torch's ops, which autograd records
+        backward = edge_softmax_backward_reference
+    else:
+        backward = _edge_softmax_backward
     grad_scores = backward(row_ptr, col_idx, vec_mask, probs, grad, ctx.n_rows, ctx.k)
     return None, None, None, grad_scores.to(ctx.dtype), None, None
 

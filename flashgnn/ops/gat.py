@@ -17,7 +17,9 @@ is ever stored: the SpMMs compute P (forward) and P^T (dH) from the records as t
 and two passes of the gradient SDDMM dP = SDDMM(dOut, H), on A and on A^T, sum the terms'
 gradients from the records without storing dP or the scores' gradient. In A's value layout
 a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
-per vector, so each pass over one, and each one kept, matters on large graphs.
+per vector, so each pass over one, and each one kept, matters on large graphs. A backward
+asked for a higher derivative (``create_graph``) recomputes the output by the composed ops
+(with the forward's dropout mask), which autograd differentiates and records.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from .._cuda.edge_softmax import (
     gat_softmax_backward_cuda,
@@ -36,7 +37,7 @@ from .._cuda.sddmm import gat_softmax_backward_tensor_core
 from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .._cuda.spmm import GAT_BLOCK_WIDTH, GatAttention, spmm_tensor_core
 from ..format import MEBCRS
-from ._autograd import tracing
+from ._autograd import recorded_gradients, tracing
 from ._pattern import (
     NO_TRANSPOSE,
     check_dense,
@@ -45,10 +46,10 @@ from ._pattern import (
     transpose_args,
     transposed_values,
 )
-from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax
+from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax_call
 from .precision import check_precision, kernel_operands
-from .sddmm import _sddmm, sddmm
-from .spmm import _spmm, spmm
+from .sddmm import _sddmm, sddmm_call
+from .spmm import _spmm, spmm, spmm_call
 
 
 def _score_operands(er: Tensor, el: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,10 +117,10 @@ def _row_sums(
     n_cols: int,
     k: int,
 ) -> Tensor:
-    """sum_j values[slot(i, j)] for every row i, [n_rows, 1]: an exact fp32 (or float64) SpMM
-    with ones."""
+    """sum_j values[slot(i, j)] for every row i, [n_rows, 1] in values' dtype: an exact fp32
+    (or float64) SpMM with ones."""
     ones = values.new_ones(n_cols, 1)
-    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", True, *NO_TRANSPOSE)
+    return _spmm(row_ptr, col_idx, vec_mask, values, ones, n_rows, k, "fp32", False, *NO_TRANSPOSE)
 
 
 def _column_sums(values: Tensor, t_indptr: Tensor, t_src: Tensor) -> Tensor:
@@ -154,6 +155,7 @@ class _Attention(torch.autograd.Function):
         precision,
     ):
         on_kernels = _on_kernels(er, el)
+        terms = er, el  # as given
         if on_kernels:  # every launch reads them as 1-D views: made contiguous once
             er, el = er.contiguous(), el.contiguous()
         # on the kernels, without dropout or edge values, P is computed from the rows' records
@@ -184,6 +186,15 @@ class _Attention(torch.autograd.Function):
             if edge_values is not None:
                 dropped = dropped * edge_values
             out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, out_fp32, *NO_TRANSPOSE)
+        # A higher derivative differentiates the composed ops from ft, er and el. The terms'
+        # contiguous copies are small: the inputs are saved beside them. ft's cast becomes a
+        # second output, whose gradient the backward passes on to ft (holding ft would keep
+        # its projection alive).
+        need_ft, need_er, need_el = ctx.needs_input_grad[:3]
+        ft_copy = ft_k if need_ft and ft_k is not ft else None
+        er_in = terms[0] if need_er and terms[0] is not er else None
+        el_in = terms[1] if need_el and terms[1] is not el else None
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(
             ft_k,
             er,
@@ -193,85 +204,176 @@ class _Attention(torch.autograd.Function):
             keep,
             edge_values,
             t_indptr,
+            er_in,
+            el_in,
             *pattern,
             *transposed,
         )
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
         ctx.ft_dtype = ft.dtype
-        return out.to(ft.dtype)
+        return out.to(ft.dtype), ft_copy
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        ft_k, er, el, prob, row_info, keep, edge_values, t_indptr, *rest = ctx.saved_tensors
-        pattern, (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src) = rest[:3], rest[3:]
-        transposed = (t_row_ptr, t_col_idx, t_vec_mask)
-        n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
-        need_ft, need_er, need_el = ctx.needs_input_grad[:3]
-        n_cols = ft_k.shape[0]
-        (grad_k,) = kernel_operands(precision, grad)
+    def backward(ctx, grad, grad_ft_k):
+        ft_k, er, el, prob, row_info, keep, edge_values, t_indptr, er_in, el_in, *rest = (
+            ctx.saved_tensors
+        )
+        pattern, transposed = rest[:3], rest[3:]
+        needs = ctx.needs_input_grad[:3]
         scale = None if keep is None else 1.0 / (1.0 - ctx.drop)
-
-        def dropped_weights(t: Tensor, temporary: bool) -> Tensor:
-            """``t`` times what the forward multiplied P by (the dropout's mask and scale, the
-            edge values), in the forward's order (the same bits); in place on a temporary."""
-            for factor in (keep, scale, edge_values):
-                if factor is not None:
-                    t = t.mul_(factor) if temporary else t * factor
-                    temporary = True
-            return t
-
-        grad_ft = grad_er = grad_el = None
-        if need_ft:  # out = P' @ H: dH = P'^T @ dOut
-            out_fp32 = ctx.ft_dtype == torch.float32
-            if prob is None and _fused(precision, k):  # P^T computed as the SpMM stages it
-                grad_ft = spmm_tensor_core(
-                    *transposed,
-                    None,
-                    grad_k,
-                    n_cols,
-                    k,
-                    precision,
-                    torch.float32 if out_fp32 else grad_k.dtype,
-                    gat=GatAttention(el.view(-1), row_info, ctx.slope, transposed=True),
-                )
-            else:
-                if prob is None:  # P' = P, computed in A^T's layout
-                    dropped_t = gat_softmax_transposed_cuda(
-                        *transposed, el.view(-1), ctx.slope, row_info, k
-                    )
-                else:
-                    dropped_t = transposed_values(
-                        dropped_weights(prob, False), t_col_idx, t_perm, t_src
-                    )
-                grad_ft = _spmm(
-                    *transposed, dropped_t, grad_k, n_cols, k, precision, out_fp32, *NO_TRANSPOSE
-                )
-                del dropped_t
+        sizes = ctx.n_rows, ctx.k, ctx.slope, ctx.precision, ctx.ft_dtype
+        if grad is None:
+            grads = (None, None, None)
+        elif torch.is_grad_enabled():  # a higher derivative: recorded from the composed ops
+            grads = recorded_gradients(
+                lambda *inputs: _composed(
+                    pattern, transposed, *inputs, keep, scale, edge_values, *sizes
+                ),
+                (ft_k, er if er_in is None else er_in, el if el_in is None else el_in),
+                needs,
+                grad,
+            )
+        else:
+            grads = _backward_body(
+                grad,
+                ft_k,
+                er,
+                el,
+                prob,
+                row_info,
+                (keep, scale, edge_values),
+                t_indptr,
+                pattern,
+                transposed,
+                *sizes,
+                needs,
+            )
+        grad_ft, grad_er, grad_el = grads
+        if grad_ft is not None:
             grad_ft = grad_ft.to(ctx.ft_dtype)
-        if need_er or need_el:
-            # scores = er_i + el_j: d er_i sums row i of their gradient, d el_j column j
-            if prob is None and _fused(
-                precision, k
-            ):  # neither dP nor the scores' gradient is stored
-                d_er, d_el = gat_softmax_backward_tensor_core(
-                    pattern, transposed, grad_k, ft_k, precision, el.view(-1), row_info, ctx.slope
-                )
-                d_er, d_el = d_er[:n_rows].view(-1, 1), d_el[:n_cols].view(-1, 1)
-            else:
-                d_prob = dropped_weights(
-                    _sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), True
-                )
-                d_scores, d_er = _attention_backward(
-                    pattern, er, el, ctx.slope, prob, row_info, d_prob, n_rows, k
-                )
-                del d_prob
-                if need_er and d_er is None:
-                    d_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k)
-                d_el = _column_sums(d_scores, t_indptr, t_src) if need_el else None
-            grad_er = d_er.to(er.dtype) if need_er else None
-            grad_el = d_el.to(el.dtype) if need_el else None
+        if grad_ft_k is not None:  # the gradient of ft's cast, the second output
+            grad_ft_k = grad_ft_k.to(ctx.ft_dtype)
+            grad_ft = grad_ft_k if grad_ft is None else grad_ft + grad_ft_k
         return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None, None
+
+
+def _composed(
+    pattern: tuple,
+    transposed: tuple,
+    ft: Tensor,
+    er: Tensor,
+    el: Tensor,
+    keep: Tensor | None,
+    scale: float | None,
+    edge_values: Tensor | None,
+    n_rows: int,
+    k: int,
+    slope: float,
+    precision: str,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    """The node's output from the registered ops' entries and torch ops, which autograd
+    differentiates, with the forward's dropout mask ``keep`` and ``scale``; in ``out_dtype``."""
+    prob = _scored_softmax(pattern, transposed, er, el, slope, n_rows, k)
+    dropped = _dropped_weights(prob, (keep, scale, edge_values), temporary=False)
+    out_fp32 = out_dtype == torch.float32
+    return spmm_call(*pattern, dropped, ft, n_rows, k, precision, out_fp32, *transposed).to(
+        out_dtype
+    )
+
+
+def _scored_softmax(
+    pattern: tuple, transposed: tuple, er: Tensor, el: Tensor, slope: float, n_rows: int, k: int
+) -> Tensor:
+    """P = edge_softmax(leaky_relu(er_i + el_j)) from the registered ops' entries."""
+    scores = sddmm_call(*pattern, *_score_operands(er, el), k, "fp32", *transposed)
+    return edge_softmax_call(*pattern, F.leaky_relu(scores, slope), n_rows, k)
+
+
+def _dropped_weights(t: Tensor, factors: tuple, temporary: bool) -> Tensor:
+    """``t`` times what the forward multiplied P by (``factors``: the dropout's mask and scale,
+    the edge values, each None when absent), in the forward's order (the same bits); in place
+    on a ``temporary``."""
+    for factor in factors:
+        if factor is not None:
+            t = t.mul_(factor) if temporary else t * factor
+            temporary = True
+    return t
+
+
+def _backward_body(
+    grad: Tensor,
+    ft_k: Tensor,
+    er: Tensor,
+    el: Tensor,
+    prob: Tensor | None,
+    row_info: Tensor | None,
+    factors: tuple,
+    t_indptr: Tensor | None,
+    pattern: tuple,
+    transposed: tuple,
+    n_rows: int,
+    k: int,
+    slope: float,
+    precision: str,
+    ft_dtype: torch.dtype,
+    needs: tuple,
+) -> tuple:
+    """(d ft, d er, d el), None where not ``needs``, from the output's gradient and what the
+    forward saved (``factors``: the dropout's mask and scale, the edge values)."""
+    t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = transposed
+    transposed = (t_row_ptr, t_col_idx, t_vec_mask)
+    need_ft, need_er, need_el = needs
+    n_cols = ft_k.shape[0]
+    (grad_k,) = kernel_operands(precision, grad)
+    grad_ft = grad_er = grad_el = None
+    if need_ft:  # out = P' @ H: dH = P'^T @ dOut
+        out_fp32 = ft_dtype == torch.float32
+        if prob is None and _fused(precision, k):  # P^T computed as the SpMM stages it
+            grad_ft = spmm_tensor_core(
+                *transposed,
+                None,
+                grad_k,
+                n_cols,
+                k,
+                precision,
+                torch.float32 if out_fp32 else grad_k.dtype,
+                gat=GatAttention(el.view(-1), row_info, slope, transposed=True),
+            )
+        else:
+            if prob is None:  # P' = P, computed in A^T's layout
+                dropped_t = gat_softmax_transposed_cuda(
+                    *transposed, el.view(-1), slope, row_info, k
+                )
+            else:
+                dropped_t = transposed_values(
+                    _dropped_weights(prob, factors, False), t_col_idx, t_perm, t_src
+                )
+            grad_ft = _spmm(
+                *transposed, dropped_t, grad_k, n_cols, k, precision, out_fp32, *NO_TRANSPOSE
+            )
+            del dropped_t
+    if need_er or need_el:
+        # scores = er_i + el_j: d er_i sums row i of their gradient, d el_j column j
+        if prob is None and _fused(precision, k):  # neither dP nor the scores' gradient is stored
+            d_er, d_el = gat_softmax_backward_tensor_core(
+                pattern, transposed, grad_k, ft_k, precision, el.view(-1), row_info, slope
+            )
+            d_er, d_el = d_er[:n_rows].view(-1, 1), d_el[:n_cols].view(-1, 1)
+        else:
+            d_prob = _dropped_weights(
+                _sddmm(*pattern, grad_k, ft_k, k, precision, *NO_TRANSPOSE), factors, True
+            )
+            d_scores, d_er = _attention_backward(
+                pattern, er, el, slope, prob, row_info, d_prob, n_rows, k
+            )
+            del d_prob
+            if need_er and d_er is None:
+                d_er = _row_sums(*pattern, d_scores, n_rows, n_cols, k)
+            d_el = _column_sums(d_scores, t_indptr, t_src) if need_el else None
+        grad_er = d_er.to(er.dtype) if need_er else None
+        grad_el = d_el.to(el.dtype) if need_el else None
+    return grad_ft, grad_er, grad_el
 
 
 def gat_attention(
@@ -295,8 +397,8 @@ def gat_attention(
     edge_values: constant or differentiable factors in A's value layout applied after the
     dropout. Scores and softmax run in fp32 (float64 for float64 inputs), exact; the
     aggregation in ``precision``. Returns [N_dst, F] in ft's dtype, with ``return_attention``
-    also P [8 * n_vectors] (differentiable). Differentiable once in ft, er and el (the composed
-    ops, used when compiling, also give second derivatives).
+    also P [8 * n_vectors] (differentiable). Differentiable in ft, er and el to any order (a
+    higher derivative differentiates the composed ops).
     """
     check_precision(precision)
     check_dense("ft", ft, a.n_cols, a.device)
@@ -317,8 +419,9 @@ def gat_attention(
         or (edge_values is not None and edge_values.requires_grad)
     )
     if composed:
-        prob = edge_softmax(
-            a, F.leaky_relu(sddmm(a, *_score_operands(er, el), "fp32"), negative_slope)
+        need_t = torch.is_grad_enabled() and el.requires_grad  # the scores' gradient for el
+        prob = _scored_softmax(
+            pattern_args(a), transpose_args(a, need_t), er, el, negative_slope, a.n_rows, a.k
         )
         if attn_drop > 0:
             prob = F.dropout(prob, attn_drop)
@@ -340,4 +443,4 @@ def gat_attention(
         float(negative_slope),
         float(attn_drop),
         precision,
-    )
+    )[0]

@@ -20,13 +20,15 @@ Given a layer's ``NodeReplay`` (``ops.replay``), the forward's kernels after the
 copy into a static buffer, and the backward's after the bias gradient and the gradient's
 16-bit copy, are replayed from CUDA graphs: the same functions (``_forward_body``,
 ``_backward_body``) run eagerly or captured, so both give the same bits.
+
+A backward asked for a higher derivative (``create_graph``) computes the same gradients from
+the SpMM's registered entry and plain products, which autograd records, and never replays.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ..format import MEBCRS
@@ -42,7 +44,7 @@ from ._pattern import (
 )
 from .precision import check_precision, half_storage, kernel_operands
 from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
-from .spmm import _spmm, spmm
+from .spmm import _spmm, spmm, spmm_call
 
 
 def _dense_dtype(feat: Tensor) -> torch.dtype:
@@ -121,7 +123,8 @@ def _projects_first(weight: Tensor | None) -> bool:
 class _GraphConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision, replay):
-        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None."""
+        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None.
+        Returns (out, the operand dW is taken from when it stands in for feat, else None)."""
         dtype = _dense_dtype(feat) if weight is not None else feat.dtype
         project_first = _projects_first(weight)
         slot = forward_slot(replay)
@@ -132,9 +135,19 @@ class _GraphConv(torch.autograd.Function):
             out, saved, w = _forward_body(
                 x, weight, bias, values, pattern, shape, k, precision, dtype, project_first
             )
-        ctx.save_for_backward(saved, w, values, *transposed)
-        ctx.project_first, ctx.shape, ctx.k, ctx.precision, ctx.replay = (
+        # A higher derivative differentiates dW through its operand and dX through W. Where
+        # the node holds stand-ins for them (a cast, A X, a replay's static buffers), the
+        # operand becomes a second output, whose gradient the backward carries back to feat
+        # (holding feat itself would keep a layer's input alive), and W is saved as well.
+        both = ctx.needs_input_grad[0] and ctx.needs_input_grad[1]
+        operand = saved if both and saved is not feat else None
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(
+            saved, w, values, weight if both and w is not weight else None, *transposed
+        )
+        ctx.project_first, ctx.pattern, ctx.shape, ctx.k, ctx.precision, ctx.replay = (
             project_first,
+            pattern,
             shape,
             k,
             precision,
@@ -145,36 +158,50 @@ class _GraphConv(torch.autograd.Function):
             None if weight is None else weight.dtype,
             None if bias is None else bias.dtype,
         )
-        return out
+        return out, operand
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        saved, w, values, *transposed = ctx.saved_tensors
+    def backward(ctx, grad, grad_operand):
+        saved, w, values, weight, *transposed = ctx.saved_tensors
         need_bias = ctx.needs_input_grad[2]
         bias_dtype = ctx.dtypes[2] if need_bias else None
-        slot = backward_slot(ctx.replay)
+        # grad mode is on where a higher derivative is asked for (create_graph): the gradients
+        # are then recorded, from the SpMM's entry and W itself, and never replayed
+        recorded = torch.is_grad_enabled()
+        slot = None
+        if not recorded and grad is not None and grad_operand is None:
+            slot = backward_slot(ctx.replay)
         # the product's gradients run in its dtype
         if slot is not None:
             grad_bias, _ = _bias_gradient(
                 grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input
             )
             grad_feat, grad_weight = slot.replay_backward()
-        else:
+            return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
+        grad_bias = None
+        if recorded:
+            w = w if weight is None else weight.to(w.dtype)
+            if grad is not None:
+                grad_bias = None if bias_dtype is None else grad.sum(0).to(bias_dtype)
+                grad = grad if w is None else grad.to(w.dtype)
+        elif grad is not None:
             grad_bias, grad = _bias_gradient(grad, bias_dtype, None if w is None else w.dtype)
-            grad_feat, grad_weight = _backward_body(
-                grad,
-                saved,
-                w,
-                values,
-                transposed,
-                ctx.shape,
-                ctx.k,
-                ctx.precision,
-                ctx.project_first,
-                ctx.needs_input_grad[:2],
-                ctx.dtypes[:2],
-            )
+        grad_feat, grad_weight = _backward_body(
+            grad,
+            saved,
+            w,
+            values,
+            ctx.pattern,
+            transposed,
+            ctx.shape,
+            ctx.k,
+            ctx.precision,
+            ctx.project_first,
+            ctx.needs_input_grad[:2],
+            ctx.dtypes[:2],
+            grad_operand,
+            recorded,
+        )
         return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
@@ -214,10 +241,11 @@ def _forward_body(
 
 
 def _backward_body(
-    grad: Tensor,
+    grad: Tensor | None,
     saved: Tensor,
     w: Tensor | None,
     values: Tensor,
+    pattern: tuple,
     transposed: list,
     shape: tuple,
     k: int,
@@ -225,18 +253,24 @@ def _backward_body(
     project_first: bool,
     needs: tuple,
     dtypes: tuple,
+    grad_operand: Tensor | None = None,
+    recorded: bool = False,
 ) -> tuple:
     """(grad_feat, grad_weight), None where not ``needs``, from the output's gradient in the
-    product's dtype; ``dtypes``: the features' and the weight's. A^T's values come from the
-    cache an eager backward filled before any capture of this one (``ops.replay``)."""
+    product's dtype (None: none reached the output) and ``grad_operand``, that of the operand
+    the forward returned (``saved``: X in the product's dtype, or A X), or None; ``dtypes``:
+    the features' and the weight's. A^T's values come from the cache an eager backward filled
+    before any capture of this one (``ops.replay``). With ``recorded`` the gradients are
+    functions autograd records (the SpMM's entry, plain products)."""
     need_feat, need_weight = needs
     feat_dtype, weight_dtype = dtypes
     t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = transposed
+    spmm, product = (spmm_call, _recorded_product) if recorded else (_spmm, _product)
 
     def propagate_back(g: Tensor, out_dtype: torch.dtype) -> Tensor:
-        """A^T g in ``out_dtype``."""
+        """A^T g in ``out_dtype`` (A^T's own transpose is A, with the slot pairs swapped)."""
         values_t = transposed_values(values, t_col_idx, t_perm, t_src, cache=True)
-        return _spmm(
+        return spmm(
             t_row_ptr,
             t_col_idx,
             t_vec_mask,
@@ -246,21 +280,34 @@ def _backward_body(
             k,
             precision,
             out_dtype == torch.float32,
-            *NO_TRANSPOSE,
+            *pattern,
+            t_src,
+            t_perm,
         ).to(out_dtype)
 
     grad_feat = grad_weight = None
     if project_first:  # out = A (X W): d(XW) = A^T dOut
-        if need_feat or need_weight:
+        if grad is not None and (need_feat or need_weight):
             d_xw = propagate_back(grad, w.dtype)
-            grad_weight = _product(saved.t(), d_xw, weight_dtype) if need_weight else None
-            grad_feat = _product(d_xw, w.t(), feat_dtype) if need_feat else None
+            grad_weight = product(saved.t(), d_xw, weight_dtype) if need_weight else None
+            grad_feat = product(d_xw, w.t(), feat_dtype) if need_feat else None
+        if grad_operand is not None:
+            d_feat = grad_operand.to(feat_dtype)
+            grad_feat = d_feat if grad_feat is None else grad_feat + d_feat
     else:  # out = (A X) W, or A X without weight
-        if w is not None and need_weight:
-            grad_weight = _product(saved.t(), grad, weight_dtype)
+        if grad is not None and w is not None and need_weight:
+            grad_weight = product(saved.t(), grad, weight_dtype)
         if need_feat:
-            grad_feat = propagate_back(grad if w is None else torch.mm(grad, w.t()), feat_dtype)
+            d_ax = grad if grad is None or w is None else torch.mm(grad, w.t())
+            if grad_operand is not None:
+                d_ax = grad_operand if d_ax is None else d_ax + grad_operand
+            grad_feat = None if d_ax is None else propagate_back(d_ax, feat_dtype)
     return grad_feat, grad_weight
+
+
+def _recorded_product(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
+    """``_product`` as autograd records it."""
+    return torch.mm(a, b).to(dtype)
 
 
 def graph_conv(
@@ -281,8 +328,8 @@ def graph_conv(
     ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (``ops.replay``;
     the same bits). The SpMM runs in ``precision`` (fp32 accumulation), the projection in
     autocast's dtype when autocast is on, else in feat's. Returns [N, F_out]. Differentiable
-    once in feat, weight and bias (in values too, through the composed ops, when they require
-    a gradient).
+    in feat, weight and bias to any order (in values too, through the composed ops, when they
+    require a gradient).
     """
     check_precision(precision)
     values = a.values if values is None else values
@@ -315,7 +362,7 @@ def graph_conv(
     plan = None
     if replay is not None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
         plan = _replay_plan(replay, a, *args)
-    return _GraphConv.apply(*args, plan)
+    return _GraphConv.apply(*args, plan)[0]
 
 
 def _replay_plan(
@@ -365,6 +412,7 @@ def _replay_plan(
             saved,
             w,
             values,
+            pattern,
             transposed,
             shape,
             k,

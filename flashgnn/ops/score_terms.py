@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from .._cuda.score_terms import score_terms_backward_cuda, score_terms_cuda, supported
-from ._autograd import tracing
+from ._autograd import recorded_gradients, tracing
 
 
 class _ScoreTerms(torch.autograd.Function):
@@ -23,9 +22,10 @@ class _ScoreTerms(torch.autograd.Function):
         return score_terms_cuda(ft, attn)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, d_terms):
         ft, attn = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a higher derivative: recorded from torch's products
+            return recorded_gradients(_products, (ft, attn), ctx.needs_input_grad, d_terms)
         d_ft, d_attn = score_terms_backward_cuda(ft, attn, d_terms.to(torch.float32))
         return (d_ft if ctx.needs_input_grad[0] else None), (
             d_attn if ctx.needs_input_grad[1] else None
@@ -51,5 +51,10 @@ def score_terms(ft: Tensor, attn: Tensor) -> Tensor:
         )
     if supported(ft, attn) and not tracing():
         return _ScoreTerms.apply(ft, attn)
+    return _products(ft, attn)
+
+
+def _products(ft: Tensor, attn: Tensor) -> Tensor:
+    """``score_terms`` by torch's products and sums."""
     heads, terms, f_dim = attn.shape
     return (ft.view(heads, -1, 1, f_dim) * attn.unsqueeze(1)).sum(-1).view(-1, terms)

@@ -72,6 +72,21 @@ def test_float64_matches_dense_attention(rng):
     assert torch.equal(out[4], torch.zeros(6, dtype=torch.float64))
 
 
+def test_float64_gradients_match_dense_attention(rng):
+    """float64 gradients stay float64: er's, summed over rows, as el's over columns."""
+    a, csr = _adjacency(rng, n=30, empty_row=4)
+    ft = torch.randn(30, 6, dtype=torch.float64, requires_grad=True)
+    terms = torch.randn(30, 2, dtype=torch.float64, requires_grad=True)
+    proj = torch.randn(30, 6, dtype=torch.float64)
+    got = torch.autograd.grad((_gat(a, ft, terms, 0.2) * proj).sum(), [ft, terms])
+    mask = torch.from_numpy(csr.toarray() != 0)
+    scores = F.leaky_relu(terms[:, :1] + terms[:, 1:].t(), 0.2).masked_fill(~mask, float("-inf"))
+    prob = torch.softmax(scores, 1).nan_to_num(0.0)
+    want = torch.autograd.grad((prob @ ft * proj).sum(), [ft, terms])
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float64 and rel_err(g, w) <= 1e-12
+
+
 @pytest.mark.parametrize("k", [8, 4])
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_matches_the_composed_ops(precision, k, rng):

@@ -19,8 +19,9 @@ from flashgnn.cuda_graphs import graphed
 from flashgnn.nn import AGNNConv, GCNConv
 from flashgnn.ops import replay
 from flashgnn.training.precision import precision_scope
-from tests.helpers import GPU, needs_gpu
+from tests.helpers import GPU, needs_gpu, rel_err
 from tests.nn.test_nn_layers import random_graph
+from tests.ops.test_second_derivatives import penalised_gradients
 
 
 class EmulatedGraph:
@@ -225,6 +226,31 @@ def test_evaluation_between_training_steps_and_retained_graphs(graph, device, ma
             into.extend(g.clone() for g in torch.autograd.grad(y * 3, [x, params[-1]]))
         assert_equal(got, want)
     assert replayed.replay.graphs() == (2, 1)  # a training and an evaluation configuration
+
+
+@layers
+def test_a_second_derivative_is_recorded_not_replayed(graph, device, make):
+    """A gradient penalty (create_graph) through a replayed layer: the forward replays, the
+    backward that builds the graph records the composed ops eagerly, and the gradients are the
+    eager layer's; plain steps after it replay as before."""
+    eager, replayed = make(device)
+    x = torch.randn(graph.num_nodes, 48, device=device)
+    proj = torch.randn(graph.num_nodes, 48, device=device)
+    results = []
+    for layer in (eager, replayed):
+        feat = x.clone().requires_grad_()
+        for _ in range(4):  # the forward captured by then
+            got = penalised_gradients(lambda: layer(graph, feat), [feat, *layer.parameters()], proj)
+        results.append(got)
+    for got, want in zip(*results):
+        assert rel_err(got, want) < 1e-5
+    assert replayed.replay.graphs()[0] > 0
+    feat = x.clone().requires_grad_()
+    for _ in range(3):
+        assert_equal(
+            step(replayed, graph, feat, proj, "fp32"), step(eager, graph, feat, proj, "fp32")
+        )
+    assert replayed.replay.graphs()[1] == 1
 
 
 def test_new_edge_weights_or_parameters_are_new_configurations(graph, device):
