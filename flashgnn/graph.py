@@ -534,12 +534,14 @@ class Graph:
     def add_self_loops(self, fill_value: float = 1.0) -> Graph:
         """A new graph with a self-loop on every node that has none (existing loops are kept,
         so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``.
-        Square graphs only (a block's destinations are not its sources by id)."""
+        Square graphs only (a block's destinations are not its sources by id); not with a
+        learnable weight (``_check_weight_copy``)."""
         if self.is_bipartite:
             raise ValueError(
                 f"add_self_loops needs a square graph, got {self.num_src_nodes} source and "
                 f"{self.num_dst_nodes} destination nodes"
             )
+        self._check_weight_copy("add_self_loops")
         dst = self.dst_of_csr()
         has_loop = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
         has_loop[dst[self.indices == dst]] = True
@@ -552,8 +554,11 @@ class Graph:
         return Graph.from_edge_index(torch.cat([ei, new.expand(2, -1)], 1), self.num_nodes, weight)
 
     def to(self, device) -> Graph:
-        """The same graph on ``device``; formats already built for any device are shared."""
+        """The same graph on ``device``; formats already built for any device are shared. A
+        learnable weight cannot move (``_check_weight_copy``)."""
         device = torch.device(device)
+        if _device_key(device) != self.device:
+            self._check_weight_copy(f"to({str(device)!r})")
         moved = Graph.__new__(Graph)
         moved._set(
             *(t.to(device) for t in (self.indptr, self.indices)),
@@ -565,6 +570,17 @@ class Graph:
             key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"
         }
         return moved
+
+    def _check_weight_copy(self, method: str) -> None:
+        """Raise when ``method`` would copy edge weights that are a learnable leaf tensor (a
+        Parameter): the new graph would keep their values of now while training changes them."""
+        weight = self._edge_weight
+        if weight is not None and weight.is_leaf and weight.requires_grad:
+            raise ValueError(
+                f"Graph.{method} would copy the edge weights, a tensor that requires a gradient: "
+                "the copy would keep their current values while training changes them. Build "
+                "the new graph without them and set its edge_weight to a parameter of its own"
+            )
 
     def __repr__(self) -> str:
         weighted = ", weighted" if self.edge_weight is not None else ""

@@ -167,3 +167,18 @@ def test_a_learnable_weight_is_cached_detached_without_autograd(rng):
     with torch.no_grad():
         weight.mul_(2)
         assert torch.equal(g.adj().values, 2 * a.values)
+
+
+def test_a_learnable_weight_is_not_copied_into_a_new_graph(rng):
+    """add_self_loops and a move would snapshot the Parameter's values: refused with a clear
+    error; a weight derived in this step (a sampled block's) moves as before."""
+    g, _, _, _ = random_graph(rng, "cpu")
+    weight = torch.nn.Parameter(torch.rand(g.num_edges) + 0.5)
+    g.edge_weight = weight
+    with pytest.raises(ValueError, match="add_self_loops would copy the edge weights"):
+        g.add_self_loops()
+    with pytest.raises(ValueError, match=r"to\('meta'\) would copy the edge weights"):
+        g.to("meta")
+    assert g.to("cpu").edge_weight is weight
+    derived = Graph.from_edge_index(g.edge_index, N, weight * 2)
+    assert derived.add_self_loops().edge_weight.requires_grad
