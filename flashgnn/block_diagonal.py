@@ -10,11 +10,12 @@ Dense operands are head-major: [copies * C, F], rows h * C .. h * C + n_cols - 1
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .format import MEBCRS, WINDOW, Transpose
-
-_INT32_MAX = 2**31 - 1
+from .windowed import MAX_DIM
 
 
 def padded(n: int) -> int:
@@ -28,10 +29,13 @@ def block_diagonal(a: MEBCRS, copies: int, with_values: bool = True) -> MEBCRS:
     values, the pattern only: every value 0, held by a stride-0 tensor (no memory), for ops
     given their own values (multi-head attention: on a 60M-edge graph with 4 heads the
     copies' values of A and A^T would take 15 GB)."""
+    if isinstance(copies, bool) or not isinstance(copies, numbers.Integral):
+        raise ValueError(f"copies must be an integer, got {type(copies).__name__}")
     if copies < 1:
         raise ValueError(f"copies must be >= 1, got {copies}")
+    copies = int(copies)
     rows, cols = padded(a.n_rows), padded(a.n_cols)
-    if copies * max(rows, cols) > _INT32_MAX:
+    if copies * max(rows, cols) > MAX_DIM:
         raise ValueError(
             f"{copies} copies of a {a.n_rows} x {a.n_cols} matrix overflow the int32 column "
             "indices of ME-BCRS"

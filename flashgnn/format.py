@@ -16,6 +16,7 @@ builder below for the CPU, the GPU builder for CUDA, which ``flashgnn.ops`` regi
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -24,7 +25,7 @@ from .device_builders import builder_for, register_builder
 from .format16 import Blocked16
 from .pattern_nnz import remember_nnz
 from .tensor_cache import built_for_reuse
-from .windowed import SlotCoords, WindowedFormat, csr_inputs
+from .windowed import SlotCoords, WindowedFormat, check_dim, csr_inputs
 
 WINDOW = 8
 BLOCK_WIDTHS = (8, 4)
@@ -89,6 +90,8 @@ class MEBCRS(WindowedFormat):
     # (indptr, indices) of the CSR that perm's order refers to, when the builder's caller keeps
     # it anyway (a Graph): A^T is then built from it instead of decoding the format
     _csr: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    # the format whose pattern this one shares (``with_values``): its A^T's pattern serves
+    _pattern_of: MEBCRS | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         remember_nnz(self.vec_mask, self.nnz)  # for launch rules given only the arrays
@@ -162,12 +165,14 @@ class MEBCRS(WindowedFormat):
         return out
 
     def with_values(self, values: torch.Tensor) -> MEBCRS:
-        """Same pattern, new values in the value layout ([8 * n_vectors])."""
+        """Same pattern, new values in the value layout ([8 * n_vectors]). Its A^T shares this
+        one's pattern and holds the new values."""
         if values.shape != (WINDOW * self.n_vectors,):
             raise ValueError(
                 f"values must have shape ({WINDOW * self.n_vectors},), got {tuple(values.shape)}"
             )
-        return replace(self, values=values, _transpose=self._transpose)
+        source = self if self._pattern_of is None else self._pattern_of
+        return replace(self, values=values, _transpose=None, _pattern_of=source)
 
     def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
         """Place values given in CSR nonzero order ([nnz]) into the value layout."""
@@ -184,14 +189,21 @@ class MEBCRS(WindowedFormat):
             name: getattr(self, name).to(device)
             for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
         }
-        return replace(self, **moved, _transpose=None, _csr=None)
+        return replace(self, **moved, _transpose=None, _csr=None, _pattern_of=None)
 
     # ------------------------------------------------------------------ transpose
     def transpose(self) -> Transpose:
-        """A^T in ME-BCRS with the same k, built once and cached, with the map of each of
-        its value slots back to A's slots."""
+        """A^T in ME-BCRS with the same k, holding A's values, built once and cached, with the
+        map of each of its value slots back to A's slots. A format made by ``with_values``
+        takes the pattern of its source's A^T and moves its own values into it."""
         if self._transpose is None:
-            self._transpose = built_for_reuse(lambda: _build_transpose(self))
+            self._transpose = built_for_reuse(
+                lambda: (
+                    _build_transpose(self)
+                    if self._pattern_of is None
+                    else self._pattern_of.transpose().with_values_of(self)
+                )
+            )
         return self._transpose
 
     # ------------------------------------------------------------------ checking
@@ -262,6 +274,12 @@ class Transpose:
     src_slot: torch.Tensor
     indptr: torch.Tensor
 
+    def with_values_of(self, a: MEBCRS) -> Transpose:
+        """The A^T of ``a``, a matrix of A's pattern: this one holding ``a``'s values."""
+        return Transpose(
+            self.fmt.with_values(self.values_from(a.values)), self.src_slot, self.indptr
+        )
+
     def values_from(self, a_values: torch.Tensor) -> torch.Tensor:
         """A^T's value layout filled from A's values ([8 * n_vectors(A)])."""
         out = a_values.new_zeros(WINDOW * self.fmt.n_vectors)
@@ -304,10 +322,13 @@ def build_canonical(indptr, indices, values, n_cols: int, device: torch.device, 
     """ME-BCRS of a CSR known to be canonical (int64 indptr and indices, float values [nnz]),
     built on ``device`` by the builder registered for its type, without the checks of
     ``MEBCRS.from_csr``: for callers whose CSR is canonical by construction (a Graph's, A^T's)."""
-    if k not in BLOCK_WIDTHS:
-        raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k not in BLOCK_WIDTHS:
+        raise ValueError(f"k must be 8 (fp16/bf16) or 4 (tf32), got {k!r}")
+    n_rows = check_dim(indptr.numel() - 1, "n_rows")
+    n_cols = check_dim(n_cols, "n_cols")
+    k = int(k)
     arrays = builder_for(device).build_mebcrs(indptr, indices, values, n_cols, k, device)
-    return MEBCRS(*arrays, indptr.numel() - 1, n_cols, k)
+    return MEBCRS(*arrays, n_rows, n_cols, k)
 
 
 def build_reference(indptr, indices, values, n_cols: int, k: int, device: torch.device):

@@ -31,8 +31,8 @@ import torch
 from .block_diagonal import block_diagonal
 from .format import MEBCRS, build_canonical
 from .ops.gcn_norm import NORMS, gcn_norm_factor, gcn_norm_values
-from .tensor_cache import built_for_reuse
-from .windowed import check_csr
+from .tensor_cache import built_for_reuse, tensor_version
+from .windowed import MAX_DIM, check_csr
 
 
 def _device_key(device) -> torch.device:
@@ -54,7 +54,11 @@ def _index_tensor(a, name: str) -> torch.Tensor:
     t = _as_tensor(a, name)
     if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
         raise TypeError(f"{name} must hold integer node ids, got {t.dtype}")
-    return t.to(torch.int64)
+    ids = t.to(torch.int64)
+    # an unsigned id of 2^63 or more wraps to a negative one
+    if t.dtype == torch.uint64 and ids.numel() and bool((ids < 0).any()):
+        raise ValueError(f"{name} holds ids of 2^63 or more, beyond int64")
+    return ids
 
 
 def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_weight"):
@@ -78,19 +82,41 @@ def _weight_tensor(w, num_edges: int, device: torch.device, name: str = "edge_we
     return t
 
 
+# a complex sparse matrix: a cast to real would drop its imaginary part
+_COMPLEX = (
+    "the adjacency matrix is complex ({}); edge weights are real: pass its real part or magnitude"
+)
+
+
 def _count(n, name: str) -> int:
+    """``n`` as an int, checked to be a number of nodes: at most MAX_DIM, as every format
+    indexes nodes with int32 (a larger graph would wrap its column indices)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(n).__name__}")
     if n < 0:
         raise ValueError(f"{name} must be >= 0, got {n}")
+    if n > MAX_DIM:
+        raise ValueError(
+            f"{name} = {n} is more than 2^31 - 1 = {MAX_DIM}, the most nodes a graph can hold "
+            "(its formats index nodes with int32)"
+        )
     return int(n)
 
 
 def _node_counts(num_nodes, ids: torch.Tensor) -> tuple[int, int]:
     """(num_src, num_dst) from ``num_nodes``: an int (a square graph), a pair (num_src, num_dst)
-    (a bipartite one) or None (square, one more than the largest id in ``ids``)."""
+    (a bipartite one) or None (square, one more than the largest id in ``ids``, an
+    ``edge_index`` [2, E], which must then be below MAX_DIM: checked before anything the size
+    of the graph is allocated)."""
     if num_nodes is None:
         n = int(ids.max()) + 1 if ids.numel() else 0
+        if n > MAX_DIM:
+            row, pos = ((ids >= MAX_DIM).nonzero()[0]).tolist()
+            raise ValueError(
+                f"node id {int(ids[row, pos])} in edge_index[{row}] (edge {pos}) needs more than "
+                f"2^31 - 1 = {MAX_DIM} nodes, the most a graph can hold (its formats index nodes "
+                "with int32); number the nodes from 0"
+            )
         return n, n
     if isinstance(num_nodes, (tuple, list)):
         if len(num_nodes) != 2:
@@ -103,21 +129,27 @@ def _node_counts(num_nodes, ids: torch.Tensor) -> tuple[int, int]:
 
 
 def _check_node_ids(
-    ids: torch.Tensor, num_nodes: int, what: str, bounds: tuple[int, int] | None = None
+    ids: torch.Tensor,
+    num_nodes: int,
+    what: str,
+    bounds: tuple[int, int] | None = None,
+    unit: str = "edge",
 ) -> None:
-    """Raise ValueError on an id of ``ids`` outside [0, num_nodes); ``bounds``: (min, max) of
-    ids when already read from the device."""
+    """Raise ValueError naming the first id of ``ids`` outside [0, num_nodes) and its position
+    (``unit`` says what a position is); ``bounds``: (min, max) of ids when already read from
+    the device."""
     if ids.numel() == 0:
         return
     lo, hi = bounds if bounds is not None else torch.stack([ids.min(), ids.max()]).tolist()
-    if lo < 0:
-        pos = int((ids < 0).nonzero()[0, -1])
-        raise ValueError(f"negative node id {lo} in {what} (edge {pos})")
-    if hi >= num_nodes:
-        pos = int((ids >= num_nodes).nonzero()[0, -1])
-        raise ValueError(
-            f"node id {hi} in {what} (edge {pos}) is out of range for {num_nodes} nodes"
-        )
+    if lo >= 0 and hi < num_nodes:
+        return
+    pos = int(((ids < 0) | (ids >= num_nodes)).nonzero()[0, 0])
+    bad = int(ids[pos])
+    if bad < 0:
+        raise ValueError(f"negative node id {bad} in {what} ({unit} {pos})")
+    raise ValueError(
+        f"node id {bad} in {what} ({unit} {pos}) is out of range for {num_nodes} nodes"
+    )
 
 
 def _permutation_check(ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -169,7 +201,7 @@ def _csr_rows(indptr, indices, num_nodes, eids: torch.Tensor | None = None):
     indices = _index_tensor(indices, "indices").to(indptr.device)
     if indptr.dim() != 1 or indices.dim() != 1 or indptr.numel() < 1:
         raise ValueError("indptr (non-empty) and indices must be 1-D")
-    n_rows = indptr.numel() - 1
+    n_rows = _count(indptr.numel() - 1, "the rows of indptr")
     num_src, num_dst = (n_rows, n_rows) if num_nodes is None else _node_counts(num_nodes, indices)
     if n_rows != num_dst:
         raise ValueError(
@@ -190,7 +222,9 @@ def _csr_rows(indptr, indices, num_nodes, eids: torch.Tensor | None = None):
         raise ValueError("indptr must start at 0, be non-decreasing and end at len(indices)")
     if eids is not None and not values[4]:
         raise ValueError(f"eids of adj_tensors('csc') must be a permutation of 0..{nnz - 1}")
-    _check_node_ids(indices, num_src, "indices (sources)", tuple(values[-2:]) if nnz else None)
+    _check_node_ids(
+        indices, num_src, "indices (sources)", tuple(values[-2:]) if nnz else None, "position"
+    )
     dst = torch.repeat_interleave(
         torch.arange(n_rows, device=indptr.device), counts, output_size=nnz
     )
@@ -209,6 +243,11 @@ class Graph:
     num_nodes: an int (square), a pair (num_src, num_dst) (bipartite), or None (square, the
     rows of indptr); edge_ids: int64 [E], the edge id of each CSR position (None: the CSR order
     is the edge order); edge_weight: float [E] in edge order, or None (every weight 1).
+
+    What the graph derives from its edge weights (the values of its formats, GCN's normalised
+    values) follows them: it is rebuilt when ``edge_weight`` is modified in place or replaced,
+    and while the weights require a gradient it is computed anew in every call with autograd
+    on, so that each step's loss reaches them.
     """
 
     def __init__(self, indptr, indices, num_nodes=None, edge_ids=None, edge_weight=None):
@@ -216,7 +255,7 @@ class Graph:
         indices = _index_tensor(indices, "indices").to(indptr.device)
         if indptr.dim() != 1 or indices.dim() != 1:
             raise ValueError("indptr and indices must be 1-D")
-        rows = indptr.numel() - 1
+        rows = _count(max(indptr.numel() - 1, 0), "the rows of indptr")
         num_src, num_dst = (rows, rows) if num_nodes is None else _node_counts(num_nodes, indices)
         if indptr.numel() != num_dst + 1:
             raise ValueError(
@@ -242,10 +281,22 @@ class Graph:
         self.indptr = indptr
         self.indices = indices
         self.edge_ids = edge_ids
-        self.edge_weight = edge_weight
+        self._edge_weight = edge_weight
         self.num_src_nodes, self.num_dst_nodes = num_nodes
-        # formats and per-edge tables, keyed by what they depend on; shared by .to() copies
+        # formats and per-edge tables, keyed by what they depend on; shared by .to() copies.
+        # An entry derived from the edge weights is (value, the weight tensor, its version).
         self._cache: dict = {}
+
+    @property
+    def edge_weight(self) -> torch.Tensor | None:
+        """The weight of every edge, float [E] in edge-id order, or None (every weight 1).
+        May be modified in place, replaced (checked as the constructors check it) or be a
+        learnable parameter: what is derived from it follows (class docstring)."""
+        return self._edge_weight
+
+    @edge_weight.setter
+    def edge_weight(self, weight) -> None:
+        self._edge_weight = _weight_tensor(weight, self.num_edges, self.device)
 
     @property
     def is_bipartite(self) -> bool:
@@ -353,6 +404,8 @@ class Graph:
 
         if not sp.issparse(matrix):
             raise TypeError(f"expected a scipy sparse matrix, got {type(matrix).__name__}")
+        if np.issubdtype(matrix.dtype, np.complexfloating):
+            raise TypeError(_COMPLEX.format(matrix.dtype))
         m = sp.csr_matrix(matrix, copy=True)
         m.sum_duplicates()
         data = m.data if m.data.dtype == np.float64 else m.data.astype(np.float32)
@@ -373,6 +426,8 @@ class Graph:
         if t.dim() != 2:
             raise ValueError(f"the adjacency matrix must be 2-D, got shape {tuple(t.shape)}")
         n = (t.shape[1], t.shape[0])
+        if t.is_complex():
+            raise TypeError(_COMPLEX.format(t.dtype))
         if t.layout == torch.sparse_coo:
             t = t.coalesce()
             rows, cols = t.indices()
@@ -479,12 +534,14 @@ class Graph:
     def add_self_loops(self, fill_value: float = 1.0) -> Graph:
         """A new graph with a self-loop on every node that has none (existing loops are kept,
         so no duplicate arises). New loops get the ids E, E+1, ... and weight ``fill_value``.
-        Square graphs only (a block's destinations are not its sources by id)."""
+        Square graphs only (a block's destinations are not its sources by id); not with a
+        learnable weight (``_check_weight_copy``)."""
         if self.is_bipartite:
             raise ValueError(
                 f"add_self_loops needs a square graph, got {self.num_src_nodes} source and "
                 f"{self.num_dst_nodes} destination nodes"
             )
+        self._check_weight_copy("add_self_loops")
         dst = self.dst_of_csr()
         has_loop = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
         has_loop[dst[self.indices == dst]] = True
@@ -497,8 +554,11 @@ class Graph:
         return Graph.from_edge_index(torch.cat([ei, new.expand(2, -1)], 1), self.num_nodes, weight)
 
     def to(self, device) -> Graph:
-        """The same graph on ``device``; formats already built for any device are shared."""
+        """The same graph on ``device``; formats already built for any device are shared. A
+        learnable weight cannot move (``_check_weight_copy``)."""
         device = torch.device(device)
+        if _device_key(device) != self.device:
+            self._check_weight_copy(f"to({str(device)!r})")
         moved = Graph.__new__(Graph)
         moved._set(
             *(t.to(device) for t in (self.indptr, self.indices)),
@@ -510,6 +570,17 @@ class Graph:
             key: value for key, value in self._cache.items() if len(key) > 1 and key[1] == "format"
         }
         return moved
+
+    def _check_weight_copy(self, method: str) -> None:
+        """Raise when ``method`` would copy edge weights that are a learnable leaf tensor (a
+        Parameter): the new graph would keep their values of now while training changes them."""
+        weight = self._edge_weight
+        if weight is not None and weight.is_leaf and weight.requires_grad:
+            raise ValueError(
+                f"Graph.{method} would copy the edge weights, a tensor that requires a gradient: "
+                "the copy would keep their current values while training changes them. Build "
+                "the new graph without them and set its edge_weight to a parameter of its own"
+            )
 
     def __repr__(self) -> str:
         weighted = ", weighted" if self.edge_weight is not None else ""
@@ -526,25 +597,60 @@ class Graph:
             self._cache[key] = built_for_reuse(build)
         return self._cache[key]
 
+    def _learns_weight(self) -> bool:
+        """Whether the edge weights take part in autograd now: what is derived from them is
+        then computed in the caller's autograd graph, never cached (a cached graph would be
+        freed by the first backward, and hold the first step's weights)."""
+        weight = self._edge_weight
+        return weight is not None and weight.requires_grad and torch.is_grad_enabled()
+
+    def _from_weight(self, key, build, *args):
+        """The entry ``key`` derived from the edge weights: ``build(*args, stale)`` from the
+        weights as they are now (detached), ``stale`` being the entry built from other weights
+        or None, rebuilt when the weight tensor is replaced or modified in place (its version
+        moves)."""
+        weight = self._edge_weight
+        version = None if weight is None else tensor_version(weight)
+        entry = self._cache.get(key)
+        if entry is None or entry[1] is not weight or entry[2] != version:
+            stale = None if entry is None else entry[0]
+            entry = self._cache[key] = (
+                built_for_reuse(lambda: build(*args, stale)),
+                weight,
+                version,
+            )
+        return entry[0]
+
     def adj(self, k: int = 8, device=None) -> MEBCRS:
         """A [dst, src] in ME-BCRS with block width ``k`` (8: fp32/fp16/bf16, 4: tf32) on
         ``device`` (default: the graph's), values = edge weights as float32 (or 1). Built once
-        per (device, k) and cached; ``adj(...).transpose()`` is A^T, cached on it."""
+        per (device, k) and cached, its values refreshed when the weights change (while they
+        require a gradient, a format of the cached pattern with values in this call's autograd
+        graph); ``adj(...).transpose()`` is A^T, cached on it."""
         device = _device_key(self.device if device is None else device)
+        if self._learns_weight():
+            pattern = self._pattern(k, device)
+            return pattern.with_values(pattern.values_from_csr(self._csr_values(True).to(device)))
+        return self._from_weight((k, "format", device), self._build_adj, k, device)
 
-        def build():
-            weight = self._csr_weight(torch.float32)
-            values = (
-                torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
-                if weight is None
-                else weight
-            )
-            fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
-            if device == self.device:
-                fmt._csr = (self.indptr, self.indices)
-            return fmt
+    def _pattern(self, k: int, device: torch.device) -> MEBCRS:
+        """``adj(k, device)`` as cached, whatever weights its values hold: for what reads its
+        pattern only."""
+        entry = self._cache.get((k, "format", device))
+        if entry is not None:
+            return entry[0]
+        return self._from_weight((k, "format", device), self._build_adj, k, device)
 
-        return self._cached((k, "format", device), build)
+    def _build_adj(self, k: int, device: torch.device, stale: MEBCRS | None) -> MEBCRS:
+        """A's format on ``device`` holding the weights as they are now: ``stale``'s pattern
+        when given, else built."""
+        values = self._csr_values(False)
+        if stale is not None:
+            return stale.with_values(stale.values_from_csr(values.to(device)))
+        fmt = build_canonical(self.indptr, self.indices, values, self.num_src_nodes, device, k)
+        if device == self.device:
+            fmt._csr = (self.indptr, self.indices)
+        return fmt
 
     def adj_heads(self, heads: int, k: int = 8) -> MEBCRS:
         """diag(A, ..., A) with ``heads`` blocks on the graph's device (``block_diagonal``): the
@@ -556,12 +662,15 @@ class Graph:
         device = _device_key(self.device)
         return self._cached(
             (k, "format", device, heads),
-            lambda: block_diagonal(self.adj(k), heads, with_values=False),
+            lambda: block_diagonal(self._pattern(k, device), heads, with_values=False),
         )
 
     def edge_slots(self, k: int = 8) -> torch.Tensor:
         """Value slot of every edge of ``adj(k)`` in edge-id order, int64 [E] (cached)."""
-        return self._cached(("edge_slots", k), lambda: self.adj(k).perm[self.csr_pos()])
+        return self._cached(
+            ("edge_slots", k),
+            lambda: self._pattern(k, _device_key(self.device)).perm[self.csr_pos()],
+        )
 
     def edge_values(self, values: torch.Tensor, k: int = 8) -> torch.Tensor:
         """Place per-edge ``values`` [E, ...] given in edge-id order into ``adj(k)``'s value
@@ -570,7 +679,7 @@ class Graph:
             raise ValueError(
                 f"expected one value per edge ({self.num_edges}), got shape {tuple(values.shape)}"
             )
-        return self.adj(k).values_from_csr(values[self.edge_ids])
+        return self._pattern(k, _device_key(self.device)).values_from_csr(values[self.edge_ids])
 
     def gcn_values(
         self,
@@ -583,7 +692,8 @@ class Graph:
         of each edge (``edge_weight`` [E] in edge-id order, else the graph's own, else 1)
         scaled by the degree normalisation ``norm`` (DGL's semantics, unweighted degrees
         clamped to >= 1): "both" w / sqrt(d_in(dst) d_out(src)), "right" w / d_in(dst),
-        "left" w / d_out(src), "none" w. Cached when ``edge_weight`` is None."""
+        "left" w / d_out(src), "none" w. Cached when ``edge_weight`` is None, following the
+        graph's weights as ``adj`` does."""
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         if edge_weight is not None:
@@ -591,18 +701,36 @@ class Graph:
             return self.edge_values(
                 weight.to(dtype) * self._norm_factor(norm, dtype)[self.csr_pos()], k
             )
+        if self._learns_weight():
+            factor = self._norm_factor(norm, dtype)
+            pattern = self._pattern(k, _device_key(self.device))
+            return pattern.values_from_csr(factor * self._csr_weight(dtype, True))
+        return self._from_weight(
+            ("gcn_values", k, norm, dtype), self._build_gcn_values, k, norm, dtype
+        )
 
-        def build():
-            weight = self._csr_weight(dtype)
-            return gcn_norm_values(
-                self.adj(k), self.indptr, self.indices, self.num_src_nodes, norm, dtype, weight
-            )
+    def _build_gcn_values(self, k: int, norm: str, dtype: torch.dtype, stale) -> torch.Tensor:
+        """``gcn_values(norm, k, dtype)`` of the weights as they are now (detached)."""
+        pattern = self._pattern(k, _device_key(self.device))
+        weight = self._csr_weight(dtype, False)
+        return gcn_norm_values(
+            pattern, self.indptr, self.indices, self.num_src_nodes, norm, dtype, weight
+        )
 
-        return self._cached(("gcn_values", k, norm, dtype), build)
+    def _csr_weight(self, dtype: torch.dtype, track_grad: bool) -> torch.Tensor | None:
+        """The graph's edge weights in CSR order, [E] in ``dtype``, detached unless
+        ``track_grad``; None when it has none."""
+        weight = self._edge_weight
+        if weight is None:
+            return None
+        return (weight if track_grad else weight.detach())[self.edge_ids].to(dtype)
 
-    def _csr_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
-        """The graph's edge weights in CSR order, [E] in ``dtype``; None when it has none."""
-        return None if self.edge_weight is None else self.edge_weight[self.edge_ids].to(dtype)
+    def _csr_values(self, track_grad: bool) -> torch.Tensor:
+        """A's values in CSR order, float32 [E]: the edge weights (``_csr_weight``), or ones."""
+        weight = self._csr_weight(torch.float32, track_grad)
+        if weight is None:
+            return torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
+        return weight
 
     def _norm_factor(self, norm: str, dtype: torch.dtype) -> torch.Tensor:
         """The degree normalisation of every CSR position, [E] in ``dtype`` (cached)."""

@@ -60,8 +60,10 @@ class NeighborSampler:
                 [ordered[0], ordered[-1], (ordered[1:] == ordered[:-1]).any()]
             ).tolist()
             if lo < 0 or hi >= g.num_nodes:
+                pos = int(((seeds < 0) | (seeds >= g.num_nodes)).nonzero()[0, 0])
                 raise ValueError(
-                    f"seed id {lo if lo < 0 else hi} is out of range for {g.num_nodes} nodes"
+                    f"seed id {int(seeds[pos])} (position {pos}) is out of range for "
+                    f"{g.num_nodes} nodes"
                 )
             if repeated:
                 raise ValueError("seeds must be distinct node ids")

@@ -4,9 +4,26 @@ coordinates of their real value slots (docs/FORMAT.md)."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
+
+# The most rows or columns a format holds: its column indices are int32, and so are the row
+# indices of the kernels (and A^T's columns are A's rows).
+MAX_DIM = 2**31 - 1
+
+
+def check_dim(n, name: str) -> int:
+    """``n`` as an int, after checking that it is an integer in [0, MAX_DIM]: a number of rows
+    or columns of a format. ValueError naming ``name`` otherwise."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {type(n).__name__}")
+    if n < 0 or n > MAX_DIM:
+        raise ValueError(
+            f"{name} must be in [0, 2^31) (formats index rows and columns with int32), got {n}"
+        )
+    return int(n)
 
 
 def _as_index_tensor(a, name: str) -> torch.Tensor:
@@ -47,16 +64,26 @@ def check_csr(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int) -> None:
         return
     lo, hi, unordered = columns
     if lo < 0 or hi >= n_cols:
-        raise ValueError(f"column index out of range [0, {n_cols}): found {lo if lo < 0 else hi}")
+        pos = int(((indices < 0) | (indices >= n_cols)).nonzero()[0, 0])
+        row = _row_of(indptr, pos)
+        raise ValueError(
+            f"column index out of range [0, {n_cols}): found {int(indices[pos])} at position "
+            f"{pos} (row {row})"
+        )
     if unordered:
         pos = int(bad.nonzero()[0])
-        at = torch.tensor(pos, device=indptr.device)
-        row = int(torch.searchsorted(indptr, at, right=True)) - 1
+        row = _row_of(indptr, pos)
         kind = "duplicate" if int(step[pos]) == 0 else "unsorted"
         raise ValueError(
             f"{kind} column indices in row {row} (positions {pos} and {pos + 1}); "
             "columns must be strictly increasing within a row"
         )
+
+
+def _row_of(indptr: torch.Tensor, pos: int) -> int:
+    """The row holding CSR position ``pos``."""
+    at = torch.tensor(pos, device=indptr.device)
+    return int(torch.searchsorted(indptr, at, right=True)) - 1
 
 
 def csr_inputs(indptr, indices, values, n_cols: int | None, device):
@@ -67,10 +94,10 @@ def csr_inputs(indptr, indices, values, n_cols: int | None, device):
     indices_t = _as_index_tensor(indices, "indices")
     device = torch.device(indices_t.device if device is None else device)
     nnz = indices_t.numel()
+    check_dim(max(indptr_t.numel() - 1, 0), "n_rows")
     if n_cols is None:
         n_cols = int(indices_t.max()) + 1 if nnz else 0
-    if n_cols < 0 or n_cols >= 2**31:
-        raise ValueError(f"n_cols must be in [0, 2^31), got {n_cols}")
+    n_cols = check_dim(n_cols, "n_cols")
     if values is None:
         values_t = torch.ones(nnz, dtype=torch.float32, device=indices_t.device)
     else:

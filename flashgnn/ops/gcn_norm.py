@@ -19,6 +19,8 @@ def gcn_norm_factor(
     1 / sqrt(d_in(row) d_out(col)), "right" 1 / d_in(row), "left" 1 / d_out(col), "none" 1, with
     the CSR's in-degrees of rows and out-degrees of its ``n_src`` columns, clamped to >= 1.
     indptr int64 [n_rows + 1], indices int64 [nnz] on one device."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating point torch.dtype, got {dtype!r}")
     nnz = indices.numel()
     power = -0.5 if norm == "both" else -1.0
     factors = []
@@ -49,7 +51,7 @@ def gcn_norm_values(
     """[8 * n_vectors] in ``dtype``: A's value layout holding, at the slot of each nonzero of
     the CSR (indptr, indices) that ``a`` was built from, ``gcn_norm_factor`` times ``weight``
     (``dtype`` [nnz] in CSR order, or None: 1); the other slots 0. ``norm``: one of NORMS."""
-    if indices.is_cuda and dtype == torch.float32:
+    if indices.is_cuda and dtype == torch.float32:  # else gcn_norm_factor checks dtype
         return gcn_values_cuda(indptr, indices, n_src, a.perm, a.n_slots, norm, weight)
     factor = gcn_norm_factor(indptr, indices, n_src, norm, dtype)
     return a.values_from_csr(factor if weight is None else factor * weight)

@@ -13,13 +13,22 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import device_builders
-from flashgnn.format import MEBCRS, build_reference, decode_slots, vector_slots
+from flashgnn.format import (
+    MEBCRS,
+    build_canonical,
+    build_reference,
+    decode_slots,
+    vector_slots,
+)
+from flashgnn.windowed import check_dim
 from tests.format.mebcrs_spec import assert_mebcrs_of
 from tests.helpers import (
+    GPU,
     csr_from_coo,
     graph_names,
     graph_params,
     load_dlmc,
+    needs_gpu,
     random_csr,
     random_values,
 )
@@ -261,6 +270,26 @@ def test_transpose_equals_format_of_transposed_matrix(k, rng):
     assert_same_format(t.fmt.transpose().fmt, fmt)
 
 
+@pytest.mark.parametrize("first", ["copy", "source"])
+def test_a_with_values_copy_transposes_its_own_values(first, rng):
+    """A^T of ``fmt.with_values(v)`` holds v (moved into A^T's layout) on the pattern of fmt's
+    A^T, built once whichever of the two is transposed first."""
+    a = random_csr(30, 22, 0.2, rng)
+    fmt = build(a)
+    copy = fmt.with_values(fmt.values * 3)
+    twice = copy.with_values(fmt.values * 5)
+    if first == "copy":
+        copy.transpose()
+    t = fmt.transpose()
+    for f, scale in ((copy, 3), (twice, 5)):
+        ft = f.transpose()
+        assert f.transpose() is ft
+        assert ft.fmt.row_ptr is t.fmt.row_ptr and ft.src_slot is t.src_slot
+        assert torch.equal(ft.fmt.values, t.fmt.values * scale)
+        assert torch.equal(ft.fmt.to_dense(), f.to_dense().t())
+    assert torch.equal(t.fmt.to_dense(), fmt.to_dense().t())
+
+
 def test_values_from_csr_and_with_values(rng):
     a = random_csr(35, 41, 0.1, rng)
     fmt = build(a)
@@ -439,6 +468,16 @@ def _bad_inputs():
         "int_values": ((ip, ix, np.arange(5)), {}, "values must be floating point"),
         "bool_values": ((ip, ix, np.ones(5, bool)), {}, "values must be floating point"),
         "negative_n_cols": ((ip, ix), {"n_cols": -1}, "n_cols must be in"),
+        "first_out_of_range": (
+            (ip, np.array([0, 7, 1, 2, 9])),
+            {"n_cols": 5},
+            r"found 7 at position 1 \(row 0\)",
+        ),
+        "n_cols_past_int32": ((ip, ix), {"n_cols": 2**31}, r"n_cols must be in \[0, 2\^31\)"),
+        "index_past_int32": ((ip, ix + 2**31), {}, r"n_cols must be in \[0, 2\^31\)"),
+        "float_n_cols": ((ip, ix), {"n_cols": 5.0}, "n_cols must be an integer, got float"),
+        "tensor_n_cols": ((ip, ix), {"n_cols": torch.tensor(5)}, "n_cols must be an integer"),
+        "float_k": ((ip, ix), {"k": 8.0}, "k must be 8 .* or 4"),
     }
 
 
@@ -450,6 +489,38 @@ def test_from_csr_rejects_bad_input(name):
     args, kwargs, message = BAD_INPUTS[name]
     with pytest.raises(ValueError, match=message):
         MEBCRS.from_csr(*args, **kwargs)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_from_csr_rejects_bad_input_on_cuda(name):
+    """The same errors for arrays on a GPU, before any kernel runs."""
+    args, kwargs, message = BAD_INPUTS[name]
+    args = [torch.from_numpy(a).cuda() if isinstance(a, np.ndarray) else a for a in args]
+    with pytest.raises(ValueError, match=message):
+        MEBCRS.from_csr(*args, **kwargs)
+
+
+def test_check_dim_names_the_int32_limit():
+    """Rows and columns share the check (a test building 2^31 rows would need their memory)."""
+    assert check_dim(2**31 - 1, "n_rows") == 2**31 - 1
+    with pytest.raises(ValueError, match=r"n_rows must be in \[0, 2\^31\) .* got 2147483648"):
+        check_dim(2**31, "n_rows")
+    with pytest.raises(ValueError, match="n_rows must be an integer, got bool"):
+        check_dim(True, "n_rows")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=GPU)])
+def test_no_builder_wraps_a_column_past_int32(device):
+    """``build_canonical`` (a Graph's and A^T's path, unchecked otherwise) and the 16x1 format
+    refuse sizes their int32 indices cannot hold."""
+    indptr = torch.tensor([0, 1], device=device)
+    indices = torch.tensor([2**31 + 3], device=device)
+    values = torch.ones(1, device=device)
+    with pytest.raises(ValueError, match=r"n_cols must be in \[0, 2\^31\)"):
+        build_canonical(indptr, indices, values, 2**31 + 8, torch.device(device), 8)
+    with pytest.raises(ValueError, match=r"n_cols must be in \[0, 2\^31\)"):
+        MEBCRS.from_csr(indptr, indices, vector=16)
 
 
 # ---------------------------------------------------------------------------- device builders

@@ -150,6 +150,8 @@ def test_bad_inputs(rng):
         sampler.sample(torch.tensor([3, 20]))
     with pytest.raises(ValueError, match="out of range"):
         sampler.sample(torch.tensor([-1, 2]))
+    with pytest.raises(ValueError, match=r"seed id 21 \(position 1\) is out of range"):
+        sampler.sample(torch.tensor([3, 21, 25]))
     with pytest.raises(ValueError, match="distinct"):
         sampler.sample(torch.tensor([4, 2, 4]))
     with pytest.raises(TypeError, match="integer tensor"):
