@@ -307,6 +307,10 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
     [
         ({"trian": {}}, "unknown config key 'trian'"),
         ({"train": {"lr": -1}}, "train.lr"),
+        ({"train": {"lr": float("inf")}}, "'train.lr' must be a finite number > 0, got inf"),
+        ({"train": {"lr": float("nan")}}, "'train.lr' must be a finite number > 0, got nan"),
+        ({"train": {"weight_decay": float("inf")}}, "'train.weight_decay' must be a finite"),
+        ({"train": {"seed": -1}}, r"'train.seed' must be an integer in \[0, 2\*\*32\)"),
         ({"train": {"precision": "fp8"}}, "train.precision"),
         ({"train": {"epochs": 1.5}}, "train.epochs"),
         ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
@@ -327,6 +331,11 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
 def test_bad_config_names_the_key(config, message):
     with pytest.raises(ConfigError, match=message):
         resolve_config(config)
+
+
+def test_infinite_lr_from_the_command_line_is_refused():
+    with pytest.raises(ConfigError, match="'train.lr' must be a finite number > 0, got inf"):
+        resolve_config(apply_overrides({}, ["train.lr=.inf"]))
 
 
 def test_cuda_graph_needs_a_cuda_device(tmp_path):
