@@ -4,7 +4,8 @@ model trained under each precision and several seeds, tabulated against fp32.
 Writes into the output folder: ``runs.csv`` (one row per run), ``compare.csv`` and
 ``compare.md`` (per precision: test metric mean +- std, its difference to fp32, epoch time,
 preprocessing time, peak GPU memory) and ``compare.png`` (a bar chart; needs matplotlib,
-``pip install 'flashgnn[plot]'``), and one run folder per (precision, seed).
+``pip install 'flashgnn[plot]'``), and one run folder per (precision, seed). Run folders that
+hold runs already are refused before anything is loaded, unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from .ops.precision import PRECISIONS
 from .training import apply_overrides, load_config, resolve_config, train
 from .training.loop import load_configured_dataset
+from .training.run_folder import RunFolder
 
 RUN_FIELDS = (
     "precision",
@@ -53,6 +55,9 @@ def add_arguments(p) -> None:
         "--output",
         type=Path,
         help="folder of the table (default: <output.root>/compare-<name>-<time>)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the runs that the run folders hold"
     )
     p.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train"
@@ -161,18 +166,17 @@ def plot(rows: list[dict], metric: str, title: str, path: Path) -> Path | None:
     return path
 
 
-def compare(config: dict, precisions: list[str], seeds: int, out_dir: Path) -> list[dict]:
+def compare(
+    config: dict, precisions: list[str], seeds: int, out_dir: Path, overwrite: bool = False
+) -> list[dict]:
     """Train ``config`` under every precision and ``seeds`` seeds; write the tables and the
     plot into ``out_dir``; return the per-precision rows. The dataset is loaded once; its
-    load time is in every run's preprocessing time, the graph preparation is timed per run."""
+    load time is in every run's preprocessing time, the graph preparation is timed per run.
+    ``overwrite``: replace the runs that the run folders hold (else they are refused)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     cfg = resolve_config(config)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tic = time.perf_counter()
-    dataset = load_configured_dataset(cfg["dataset"])
-    load_seconds = time.perf_counter() - tic
-    runs = []
+    run_cfgs = []
     for precision in precisions:
         for i in range(seeds):
             seed = cfg["train"]["seed"] + i
@@ -181,14 +185,24 @@ def compare(config: dict, precisions: list[str], seeds: int, out_dir: Path) -> l
                 "train": {**cfg["train"], "precision": precision, "seed": seed},
                 "output": {**cfg["output"], "dir": str(out_dir / f"{precision}-seed{seed}")},
             }
-            summary = train(run_cfg, dataset=dataset, load_seconds=load_seconds)
-            runs.append(
-                {"precision": precision, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}}
-            )
-            print(
-                f"{precision} seed {seed}: test {summary['test']:.4f}, "
-                f"{1000 * summary['epoch_time_s']:.2f} ms/epoch"
-            )
+            resolve_config(run_cfg)
+            RunFolder(Path(run_cfg["output"]["dir"]), resume=False, overwrite=overwrite)
+            run_cfgs.append(run_cfg)
+    tic = time.perf_counter()
+    dataset = load_configured_dataset(cfg["dataset"])
+    load_seconds = time.perf_counter() - tic
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for run_cfg in run_cfgs:
+        precision, seed = run_cfg["train"]["precision"], run_cfg["train"]["seed"]
+        summary = train(run_cfg, overwrite=overwrite, dataset=dataset, load_seconds=load_seconds)
+        runs.append(
+            {"precision": precision, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}}
+        )
+        print(
+            f"{precision} seed {seed}: test {summary['test']:.4f}, "
+            f"{1000 * summary['epoch_time_s']:.2f} ms/epoch"
+        )
     rows = aggregate(runs)
     title = f"{cfg['model']['name']} on {dataset.name}"
     _write_csv(out_dir / "runs.csv", RUN_FIELDS, runs)
@@ -205,7 +219,7 @@ def run(args) -> int:
         args.output
         or Path(cfg["output"]["root"]) / f"compare-{cfg['name']}-{datetime.now():%Y%m%d-%H%M%S}"
     )
-    compare(config, parse_precisions(args.precisions), args.seeds, out_dir)
+    compare(config, parse_precisions(args.precisions), args.seeds, out_dir, args.overwrite)
     print((out_dir / "compare.md").read_text())
     print(f"tables and runs in {out_dir}")
     return 0

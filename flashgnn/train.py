@@ -1,7 +1,8 @@
 """``flashgnn train --config configs/<file>.yaml [section.key=value ...]``: one training run.
 
 ``--resume RUN_DIR`` continues a run from its last checkpoint, with the config saved in
-that folder (overrides still apply, e.g. ``train.epochs=400`` to train longer).
+that folder (overrides still apply, e.g. ``train.epochs=400`` to train longer). A new run
+refuses a folder that holds a run unless ``--overwrite`` is given.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .cli import DEBUG_HELP, run_reporting_errors
 from .training import apply_overrides, load_config, train
 
 
@@ -26,6 +28,11 @@ def add_arguments(p, default_config: Path | None = None) -> None:
     )
     p.add_argument(
         "--output", type=Path, help="run folder (default: <output.root>/<name>-<timestamp>)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run that the run folder holds (without it such a folder is refused)",
     )
     p.add_argument(
         "overrides",
@@ -48,7 +55,7 @@ def config_from_args(args) -> dict:
 def run(args) -> int:
     if args.resume is not None and args.output is not None:
         raise ValueError("--output cannot move a resumed run; it continues in its own folder")
-    summary = train(config_from_args(args), resume=args.resume)
+    summary = train(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
     print(
         f"{summary['name']}: best epoch {summary['best_epoch']}/{summary['epochs_run']}, "
         f"{summary['metric']} val {summary['val']:.4f} test {summary['test']:.4f}, "
@@ -63,4 +70,6 @@ def example_main(default_config: Path, description: str, argv=None) -> int:
     """The command line of the example scripts: ``flashgnn train`` with a default config."""
     parser = argparse.ArgumentParser(description=description)
     add_arguments(parser, default_config)
-    return run(parser.parse_args(argv))
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    args = parser.parse_args(argv)
+    return run_reporting_errors("train", lambda: run(args), args.debug)

@@ -8,6 +8,7 @@ from torch import nn
 
 from flashgnn.nn import AGNNConv
 
+from .arguments import check_probability, check_size
 from .graphs import per_layer
 
 
@@ -30,8 +31,11 @@ class AGNN(nn.Module):
         allow_zero_in_degree: bool = False,
     ):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        check_size("in_feats", in_feats)
+        check_size("hidden_feats", hidden_feats)
+        check_size("out_feats", out_feats)
+        check_size("num_layers", num_layers)
+        check_probability("dropout", dropout)
         self.encoder = nn.Linear(in_feats, hidden_feats)
         self.layers = nn.ModuleList(
             AGNNConv(

@@ -8,6 +8,7 @@ from torch import nn
 
 from flashgnn.nn import GATConv
 
+from .arguments import check_probability, check_size
 from .graphs import per_layer
 
 
@@ -35,8 +36,14 @@ class GAT(nn.Module):
         allow_zero_in_degree: bool = False,
     ):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        check_size("in_feats", in_feats)
+        check_size("hidden_feats", hidden_feats)
+        check_size("out_feats", out_feats)
+        check_size("num_layers", num_layers)
+        check_size("heads", heads)
+        check_size("out_heads", out_heads)
+        check_probability("feat_drop", feat_drop)
+        check_probability("attn_drop", attn_drop)
         self.concat = concat
         common = dict(
             feat_drop=feat_drop,

@@ -11,15 +11,15 @@ from pathlib import Path
 import torch
 
 from .dataset import Dataset, default_root
-
-SYNTHETIC = "synthetic"
-AMAZON_PRODUCTS = "amazon-products"
+from .files import DataFileError
+from .names import AMAZON_PRODUCTS, BUILTIN, SYNTHETIC, builtin_name, family_name
 
 
 def load_dataset(
     name: str, root: str | Path | None = None, *, normalize_features: bool = False, **kw
 ) -> Dataset:
-    """Load dataset ``name``:
+    """Load dataset ``name``, in any spelling of it (``names``: "AmazonProducts",
+    "amazon_products" and "amazon-products" are one dataset):
 
     - "ogbn-arxiv", "ogbn-products", "ogbn-proteins": ogb's layout under ``root``; keyword
       arguments ``download`` (default True: ogb fetches absent files), ``undirected``.
@@ -34,6 +34,9 @@ def load_dataset(
     .npz one, whose graphs are small. ``normalize_features=True`` (any dataset) divides
     every feature row by its sum, as the GCN paper does with bag-of-words features; the
     features are then a float32 copy.
+
+    A file that cannot be read raises DataFileError (a ValueError) naming it; missing files
+    raise FileNotFoundError listing the layout's files.
     """
     dataset = _load(name, root, **kw)
     if normalize_features:
@@ -51,22 +54,23 @@ def row_normalized(x: torch.Tensor) -> torch.Tensor:
 def _load(name: str, root, **kw) -> Dataset:
     if not isinstance(name, str) or not name:
         raise TypeError(f"dataset name must be a non-empty string, got {name!r}")
-    if name == SYNTHETIC:
+    canonical = builtin_name(name) or family_name(name)
+    if canonical == SYNTHETIC:
         if root is not None:
             raise ValueError("the synthetic dataset is generated, it takes no root")
         from .synthetic import load_synthetic
 
         return load_synthetic(**kw)
     root = default_root() if root is None else Path(root)
-    if name.startswith("ogbn-"):
+    if canonical.startswith("ogbn-"):
         from .ogb import load_ogb
 
-        return load_ogb(name, root, **kw)
-    if name.startswith("igb-"):
+        return load_ogb(canonical, root, **kw)
+    if canonical.startswith("igb-"):
         from .igb import load_igb
 
-        return load_igb(name[len("igb-") :], root, **kw)
-    if name == AMAZON_PRODUCTS:
+        return load_igb(canonical[len("igb-") :], root, **kw)
+    if canonical == AMAZON_PRODUCTS:
         from .amazon import load_amazon_products
 
         return load_amazon_products(root, **kw)
@@ -75,4 +79,4 @@ def _load(name: str, root, **kw) -> Dataset:
     return load_npz(name, root, **kw)
 
 
-__all__ = ["Dataset", "load_dataset", "default_root"]
+__all__ = ["Dataset", "DataFileError", "BUILTIN", "load_dataset", "default_root"]

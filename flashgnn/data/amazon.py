@@ -8,7 +8,6 @@ adjacency, scipy CSR saved by ``scipy.sparse.save_npz``), ``feats.npy`` float [n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 
 from .csr import canonical_csr
 from .dataset import Dataset, graph_from_csr, index_mask, missing_files
+from .files import DataFileError, load_json, load_npy, reading
 from .metrics import scorer
 from .progress import progress_bar
 
@@ -24,8 +24,9 @@ FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
 
 
 def _class_map(path: Path, n: int, progress: bool | None) -> np.ndarray:
-    with open(path) as f:
-        class_map = json.load(f)
+    class_map = load_json(path, "GraphSAINT's class_map.json: {node id: [0/1 per label]}")
+    if not isinstance(class_map, dict) or not class_map:
+        raise DataFileError(f"{path} must map node ids to label lists")
     if len(class_map) != n:
         raise ValueError(f"{path} labels {len(class_map)} nodes; the graph has {n}")
     first = next(iter(class_map.values()))
@@ -47,7 +48,8 @@ def load_amazon_products(root: Path, progress: bool | None = None) -> Dataset:
     absent = [f for f in FILES if not (folder / f).is_file()]
     if absent:
         raise missing_files(folder, absent, "amazon-products (GraphSAINT raw layout)")
-    adj = sp.load_npz(folder / "adj_full.npz").tocsr()
+    with reading(folder / "adj_full.npz", "the adjacency as scipy.sparse.save_npz writes it"):
+        adj = sp.load_npz(folder / "adj_full.npz").tocsr()
     n = adj.shape[0]
     if adj.shape != (n, n):
         raise ValueError(f"adj_full.npz must be square, got shape {adj.shape}")
@@ -55,12 +57,15 @@ def load_amazon_products(root: Path, progress: bool | None = None) -> Dataset:
         adj.indptr, adj.indices, n, progress=progress, desc="amazon-products"
     )
     del adj
-    x = np.load(folder / "feats.npy", mmap_mode="c")
+    x = load_npy(folder / "feats.npy", "the node features, float [n, F]", mmap_mode="c")
     if x.shape[0] != n:
         raise ValueError(f"feats.npy has {x.shape[0]} rows; the graph has {n} nodes")
     y = _class_map(folder / "class_map.json", n, progress)
-    with open(folder / "role.json") as f:
-        role = json.load(f)
+    role = load_json(
+        folder / "role.json", 'GraphSAINT\'s role.json: {"tr": [...], "va": [...], "te": [...]}'
+    )
+    if not isinstance(role, dict) or not all(part in role for part in ("tr", "va", "te")):
+        raise DataFileError(f'{folder / "role.json"} must hold the node ids of "tr", "va" and "te"')
     masks = (index_mask(role[part], n) for part in ("tr", "va", "te"))
     return Dataset(
         "amazon-products",

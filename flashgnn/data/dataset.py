@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,42 @@ class Dataset:
                 )
             if not bool(mask.any()):
                 raise ValueError(f"{split} selects no node")
+        self._check_labels()
+
+    def _check_labels(self) -> None:
+        """Class ids in [0, num_classes) or -1, and every node of a split labelled (0/1 for
+        multi-label): a label out of range would fail deep in the loss, or on a GPU corrupt
+        it."""
+        where = f"dataset {self.name!r}"
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, numbers.Integral):
+            raise ValueError(f"{where}: num_classes must be an integer, got {self.num_classes!r}")
+        if self.num_classes < 1:
+            raise ValueError(f"{where}: num_classes must be >= 1, got {self.num_classes}")
+        y = self.y
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(f"{where}: the labels y must be integers, got {y.dtype}")
+        low, high = (int(v) for v in torch.aminmax(y))
+        if self.multi_label:
+            if low < 0 or high > 1:
+                found = high if high > 1 else low
+                raise ValueError(f"{where}: multi-label y must hold 0 or 1, found {found}")
+            return
+        if low < -1 or high >= self.num_classes:
+            bad = high if high >= self.num_classes else low
+            node = int((y == bad).nonzero()[0, 0])
+            raise ValueError(
+                f"{where}: labels must be class ids in [0, num_classes={self.num_classes}) or "
+                f"-1 (unlabelled); node {node} has label {bad}"
+            )
+        if low == -1:
+            unlabelled = y < 0
+            for split in ("train_mask", "val_mask", "test_mask"):
+                chosen = getattr(self, split) & unlabelled
+                if bool(chosen.any()):
+                    raise ValueError(
+                        f"{where}: {split} selects {int(chosen.sum())} unlabelled nodes "
+                        f"(label -1), node {int(chosen.nonzero()[0, 0])} the first"
+                    )
 
     @property
     def num_nodes(self) -> int:

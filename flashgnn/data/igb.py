@@ -23,6 +23,7 @@ import torch
 
 from .csr import edges_to_csr
 from .dataset import Dataset, graph_from_csr, missing_files, random_split
+from .files import load_npy
 from .metrics import scorer
 
 IGB_NUM_NODES = {
@@ -83,8 +84,8 @@ def load_igb(
         x = _raw_memmap(feat_path, (n, FEATURE_DIM))
         labels = _raw_memmap(label_path, (n,))
     else:
-        x = np.load(feat_path, mmap_mode="c")
-        labels = np.load(label_path, mmap_mode="r")
+        x = load_npy(feat_path, "the paper features, float32 [n, 1024]", mmap_mode="c")
+        labels = load_npy(label_path, "the paper labels [n]", mmap_mode="r")
         n = x.shape[0]
         if labels.shape != (n,):
             raise ValueError(
@@ -94,7 +95,7 @@ def load_igb(
         num_labelled = IGB_FULL_LABELLED[num_classes] if size == "full" else n
     y = np.full(n, -1, dtype=np.int64)
     y[:num_labelled] = labels[:num_labelled]
-    edges = np.load(edge_path, mmap_mode="r")
+    edges = load_npy(edge_path, "the citations, int64 [E, 2]", mmap_mode="r")
     if edges.ndim != 2 or edges.shape[1] != 2:
         raise ValueError(
             f"{edge_path} must hold [E, 2] (source, destination) pairs, got shape {edges.shape}"

@@ -25,6 +25,7 @@ import torch
 
 from .csr import edges_to_csr
 from .dataset import Dataset, graph_from_csr, index_mask, missing_files
+from .files import load_npy, reading
 from .metrics import OGBEvaluator
 
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins")
@@ -123,7 +124,8 @@ def _cached_arrays(name, meta, folder: Path, undirected: bool, progress) -> dict
     """The converted arrays, memory-mapped from the cache (built on the first call)."""
     cache = folder / "processed" / f"flashgnn-{'undirected' if undirected else 'directed'}"
     if not all((cache / f"{key}.npy").is_file() for key in _CACHED):
-        arrays = _convert(name, meta, folder, undirected, progress)
+        with reading(folder / "raw", "ogb's raw CSV files (delete the folder to fetch them again)"):
+            arrays = _convert(name, meta, folder, undirected, progress)
         partial = cache.with_name(cache.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -131,7 +133,8 @@ def _cached_arrays(name, meta, folder: Path, undirected: bool, progress) -> dict
             np.save(partial / f"{key}.npy", arrays[key])
         shutil.rmtree(cache, ignore_errors=True)
         partial.rename(cache)  # complete or absent, never half written
-    return {key: np.load(cache / f"{key}.npy", mmap_mode="c") for key in _CACHED}
+    expected = f"flashgnn's cache of {name} (delete {cache} to rebuild it)"
+    return {key: load_npy(cache / f"{key}.npy", expected, mmap_mode="c") for key in _CACHED}
 
 
 def load_ogb(

@@ -1,30 +1,53 @@
 """Checkpoints of a run: ``last.pt`` (everything needed to resume) and ``best.pt`` (the
-weights of the best validation epoch). Written atomically (a temporary file, then a
-rename), so a run killed mid-save keeps its previous checkpoint; read back with
+weights of the best validation epoch). Written whole (``atomic.write_atomically``), so a run
+killed or out of disk space mid-save keeps its previous checkpoint; read back with
 ``weights_only=True``.
 """
 
 from __future__ import annotations
 
-import os
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
+
+from .atomic import write_atomically
 
 LAST = "last.pt"
 BEST = "best.pt"
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or that does not fit the run resuming from it; the
+    message names the file."""
+
+
 def save(path: Path, state: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    write_atomically(path, lambda f: torch.save(state, f), "checkpoint")
 
 
 def load(path: Path, device: torch.device) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location=device, weights_only=True)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except torch.OutOfMemoryError:
+        raise
+    except (
+        RuntimeError,
+        EOFError,
+        KeyError,
+        ValueError,
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+    ) as e:
+        lines = str(e).strip().splitlines()
+        reason = lines[0][:160] if lines else type(e).__name__
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: truncated, damaged or not a flashgnn checkpoint "
+            f"({reason})"
+        ) from e
 
 
 def rng_state() -> dict:

@@ -15,6 +15,7 @@ A config has four sections and two top-level keys::
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 
@@ -140,6 +141,10 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _is_finite(v) -> bool:
+    return _is_number(v) and math.isfinite(v)
+
+
 def resolve_config(config: dict) -> dict:
     """``config`` merged over DEFAULTS and checked: unknown keys and bad values raise
     ConfigError naming the key."""
@@ -155,11 +160,11 @@ def resolve_config(config: dict) -> dict:
     _require(
         _is_int(t["epochs"]) and t["epochs"] >= 1, "train.epochs", "an integer >= 1", t["epochs"]
     )
-    _require(_is_number(t["lr"]) and t["lr"] > 0, "train.lr", "a number > 0", t["lr"])
+    _require(_is_finite(t["lr"]) and t["lr"] > 0, "train.lr", "a finite number > 0", t["lr"])
     _require(
-        _is_number(t["weight_decay"]) and t["weight_decay"] >= 0,
+        _is_finite(t["weight_decay"]) and t["weight_decay"] >= 0,
         "train.weight_decay",
-        "a number >= 0",
+        "a finite number >= 0",
         t["weight_decay"],
     )
     _require(
@@ -171,7 +176,12 @@ def resolve_config(config: dict) -> dict:
     _require(
         t["precision"] in PRECISIONS, "train.precision", f"one of {PRECISIONS}", t["precision"]
     )
-    _require(_is_int(t["seed"]), "train.seed", "an integer", t["seed"])
+    _require(
+        _is_int(t["seed"]) and 0 <= t["seed"] < 2**32,
+        "train.seed",
+        "an integer in [0, 2**32)",
+        t["seed"],
+    )
     _require(
         isinstance(t["device"], str),
         "train.device",

@@ -5,12 +5,13 @@ evaluation is full-graph.
 A run writes into its folder: ``config.yaml`` (the resolved config), ``metrics.csv`` (one
 row per epoch), ``last.pt`` (resumable state), ``best.pt`` (weights of the best validation
 epoch) and ``summary.json`` (scores of the best epoch, preprocessing and epoch times, peak
-memory).
+memory), each file written whole. It checks the config, the data, the model and the
+checkpoint it resumes from before it writes anything; ``run_folder`` says what a failure
+leaves behind.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import random
@@ -35,10 +36,13 @@ from ..ops.replay import set_replay
 from ..precision_context import block_width
 from ..sampling import NeighborSampler
 from . import checkpoint
+from .atomic import write_atomically
+from .checkpoint import CheckpointError
 from .config import ConfigError, resolve_config
+from .metrics_log import MetricsLog, rows_up_to
 from .precision import dense_precision, grad_scaler, precision_scope
+from .run_folder import CONFIG, METRICS, SUMMARY, RunFolder
 
-CSV_FIELDS = ("epoch", "loss", "train", "val", "test", "epoch_time_s", "eval_time_s")
 SPLITS = ("train", "val", "test")
 
 
@@ -85,14 +89,46 @@ def load_configured_dataset(section: dict) -> Dataset:
         raise ConfigError(f"config section 'dataset' ({section['name']}): {e}") from e
 
 
-def build_configured_model(section: dict, dataset: Dataset) -> torch.nn.Module:
+def build_configured_model(section: dict, in_feats: int, out_feats: int) -> torch.nn.Module:
+    """``build_model`` with the config's model section; a bad keyword or value is a
+    ConfigError."""
     from flashgnn.models import build_model
 
     kw = {k: v for k, v in section.items() if k != "name"}
     try:
-        return build_model(section["name"], dataset.num_features, dataset.num_classes, **kw)
-    except TypeError as e:
+        return build_model(section["name"], in_feats, out_feats, **kw)
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"config section 'model' ({section['name']}): {e}") from e
+
+
+def check_model_section(section: dict) -> None:
+    """Build the model of ``section`` on the meta device (no memory, no random draws), so
+    that a bad model keyword fails before the data is loaded."""
+    with torch.device("meta"):
+        build_configured_model(section, 1, 2)
+
+
+def restore(state: dict, path: Path, model, optimizer, scaler, stopper) -> tuple[int, list]:
+    """Load the checkpoint ``state`` (read from ``path``) into the run's objects; returns the
+    epoch it was written after and the epoch times so far. A checkpoint of another model
+    (a changed model section) is a CheckpointError."""
+    try:
+        model.load_state_dict(state["model"])
+        for saved, group in zip(state["optimizer"]["param_groups"], optimizer.param_groups):
+            saved.update(fused=group["fused"], capturable=group["capturable"])  # this run's kernels
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        stopper.load_state_dict(state["early_stopping"])
+        checkpoint.set_rng_state(state["rng"])
+        return state["epoch"], list(state["epoch_times"])
+    except (KeyError, RuntimeError, ValueError, TypeError) as e:
+        if isinstance(e, torch.OutOfMemoryError):
+            raise
+        reason = " ".join(str(e).split())
+        raise CheckpointError(
+            f"cannot resume from {path}: the checkpoint does not fit the model this config "
+            f"builds (was the model section changed?): {type(e).__name__}: {reason[:400]}"
+        ) from e
 
 
 def prepare_graph(graph: Graph, self_loops: bool, device: torch.device, k: int) -> Graph:
@@ -243,36 +279,23 @@ class EarlyStopping:
         self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
 
 
-class _MetricsLog:
-    """metrics.csv, one row per epoch; on resume, rows after the checkpoint are dropped."""
-
-    def __init__(self, path: Path, keep_epochs: int | None):
-        self.path = path
-        rows = []
-        if keep_epochs is not None and path.is_file():
-            with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if int(r["epoch"]) <= keep_epochs]
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, CSV_FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def append(self, row: dict) -> None:
-        with open(self.path, "a", newline="") as f:
-            csv.DictWriter(f, CSV_FIELDS).writerow(row)
-
-
 def train(
     config: dict,
     *,
     resume: str | Path | None = None,
+    overwrite: bool = False,
     dataset: Dataset | None = None,
     load_seconds: float | None = None,
 ) -> dict:
     """Train as ``config`` says (see ``config.py``) and return the run's summary (also written
     to ``summary.json``). ``resume``: a run folder to continue from its ``last.pt``.
-    ``dataset``: an already loaded dataset to use instead of loading ``config['dataset']``
-    (``load_seconds``: what loading it took, for the report)."""
+    ``overwrite``: replace the run that the new run's folder holds (without it such a folder
+    is refused). ``dataset``: an already loaded dataset to use instead of loading
+    ``config['dataset']`` (``load_seconds``: what loading it took, for the report).
+
+    Everything is checked before the run folder is touched: the config, the folder, the
+    model section, the checkpoint (readable, and fitting the model), the data. A run that
+    fails before its first checkpoint leaves the folder as it found it (``run_folder``)."""
     started = time.perf_counter()
     cfg = resolve_config(config)
     t = cfg["train"]
@@ -283,10 +306,19 @@ def train(
         )
     precision = t["precision"]
     run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
-    if resume is not None and not (run_dir / checkpoint.LAST).is_file():
-        raise FileNotFoundError(f"cannot resume: no {checkpoint.LAST} in {run_dir}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    folder = RunFolder(run_dir, resume=resume is not None, overwrite=overwrite)
+    check_model_section(cfg["model"])
+    state = kept_rows = None
+    if resume is not None:
+        state = checkpoint.load(run_dir / checkpoint.LAST, device)
+        if not isinstance(state, dict) or not isinstance(state.get("epoch"), int):
+            raise CheckpointError(f"{run_dir / checkpoint.LAST} is not a checkpoint of a run")
+        if t["epochs"] < state["epoch"]:
+            raise ConfigError(
+                f"config key 'train.epochs' is {t['epochs']}, but the run in {run_dir} has "
+                f"trained {state['epoch']} epochs already; set it to more to train longer"
+            )
+        kept_rows = rows_up_to(run_dir / METRICS, state["epoch"])
     seed_everything(t["seed"])
 
     if dataset is None:
@@ -308,7 +340,8 @@ def train(
     minibatch = t["batch_size"] is not None
     cuda_graph = not minibatch and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
 
-    model = build_configured_model(cfg["model"], dataset).to(device)
+    model = build_configured_model(cfg["model"], dataset.num_features, dataset.num_classes)
+    model = model.to(device)
     if minibatch:
         # Layers replay their kernels (ops.replay) from a configuration's second call, keyed by
         # the graph's identity; each mini-batch samples new blocks, so every call would start a
@@ -321,17 +354,12 @@ def train(
     scaler = grad_scaler(precision, device)
     stopper = EarlyStopping(t["patience"])
     start_epoch, epoch_times = 0, []
-    if resume is not None:
-        state = checkpoint.load(run_dir / checkpoint.LAST, device)
-        model.load_state_dict(state["model"])
-        for saved, group in zip(state["optimizer"]["param_groups"], optimizer.param_groups):
-            saved.update(fused=group["fused"], capturable=group["capturable"])  # this run's kernels
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        stopper.load_state_dict(state["early_stopping"])
-        checkpoint.set_rng_state(state["rng"])
-        start_epoch, epoch_times = state["epoch"], list(state["epoch_times"])
-    log = _MetricsLog(run_dir / "metrics.csv", start_epoch if resume is not None else None)
+    if state is not None:
+        start_epoch, epoch_times = restore(
+            state, run_dir / checkpoint.LAST, model, optimizer, scaler, stopper
+        )
+        del state
+    log = MetricsLog(run_dir / METRICS, kept_rows or [])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -374,59 +402,67 @@ def train(
 
     if cuda_graph:
         step, logits = CudaGraphStep(step), CudaGraphStep(logits)
-    bar = tqdm(
-        range(start_epoch, t["epochs"]),
-        initial=start_epoch,
-        total=t["epochs"],
-        desc=cfg["name"],
-        disable=None if t["progress"] is None else not t["progress"],
-    )
-    epoch = start_epoch - 1
-    for epoch in bar:
-        tic = time.perf_counter()
-        model.train()
-        loss = step()
-        _sync(device)
-        epoch_times.append(time.perf_counter() - tic)
 
-        row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
-        if not math.isfinite(row["loss"]):
-            raise FloatingPointError(
-                f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in {precision}; "
-                "the run diverged (try a lower train.lr or another precision)"
-            )
-        if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
-            tic = time.perf_counter()
-            model.eval()
-            out = logits()
-            scores = {split: dataset.evaluate(out, y, mask) for split, mask in zip(SPLITS, masks)}
-            row.update(scores, eval_time_s=time.perf_counter() - tic)
-            if stopper.update(scores["val"], epoch):
-                checkpoint.save(
-                    run_dir / checkpoint.BEST,
-                    {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},
-                )
-            bar.set_postfix(
-                loss=f"{row['loss']:.4f}",
-                val=f"{scores['val']:.4f}",
-                epoch_s=f"{epoch_times[-1]:.4f}",
-            )
-        log.append(row)
-        checkpoint.save(
-            run_dir / checkpoint.LAST,
-            {
-                "epoch": epoch + 1,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict(),
-                "early_stopping": stopper.state_dict(),
-                "rng": checkpoint.rng_state(),
-                "epoch_times": epoch_times,
-            },
+    with folder.started():
+        write_atomically(run_dir / CONFIG, yaml.safe_dump(cfg, sort_keys=False).encode(), "config")
+        log.write()
+        bar = tqdm(
+            range(start_epoch, t["epochs"]),
+            initial=start_epoch,
+            total=t["epochs"],
+            desc=cfg["name"],
+            disable=None if t["progress"] is None else not t["progress"],
         )
-        if stopper.should_stop(epoch):
-            break
-    bar.close()
+        epoch = start_epoch - 1
+        for epoch in bar:
+            tic = time.perf_counter()
+            model.train()
+            loss = step()
+            _sync(device)
+            epoch_times.append(time.perf_counter() - tic)
+
+            row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
+            if not math.isfinite(row["loss"]):
+                raise FloatingPointError(
+                    f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in "
+                    f"{precision}; the run diverged (try a lower train.lr or another precision)"
+                )
+            if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
+                tic = time.perf_counter()
+                model.eval()
+                out = logits()
+                scores = {
+                    split: dataset.evaluate(out, y, mask) for split, mask in zip(SPLITS, masks)
+                }
+                row.update(scores, eval_time_s=time.perf_counter() - tic)
+                if stopper.update(scores["val"], epoch):
+                    checkpoint.save(
+                        run_dir / checkpoint.BEST,
+                        {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},
+                    )
+                bar.set_postfix(
+                    loss=f"{row['loss']:.4f}",
+                    val=f"{scores['val']:.4f}",
+                    epoch_s=f"{epoch_times[-1]:.4f}",
+                )
+            log.append(row)
+            checkpoint.save(
+                run_dir / checkpoint.LAST,
+                {
+                    "epoch": epoch + 1,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    "early_stopping": stopper.state_dict(),
+                    "rng": checkpoint.rng_state(),
+                    "epoch_times": epoch_times,
+                },
+            )
+            folder.commit()
+            if stopper.should_stop(epoch):
+                break
+        bar.close()
+        folder.commit()
 
     best = checkpoint.load(run_dir / checkpoint.BEST, device)
     model.load_state_dict(best["model"])
@@ -459,7 +495,7 @@ def train(
         "flashgnn": __version__,
         "config": cfg,
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomically(run_dir / SUMMARY, json.dumps(summary, indent=2).encode(), "summary")
     return summary
 
 

@@ -307,6 +307,10 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
     [
         ({"trian": {}}, "unknown config key 'trian'"),
         ({"train": {"lr": -1}}, "train.lr"),
+        ({"train": {"lr": float("inf")}}, "'train.lr' must be a finite number > 0, got inf"),
+        ({"train": {"lr": float("nan")}}, "'train.lr' must be a finite number > 0, got nan"),
+        ({"train": {"weight_decay": float("inf")}}, "'train.weight_decay' must be a finite"),
+        ({"train": {"seed": -1}}, r"'train.seed' must be an integer in \[0, 2\*\*32\)"),
         ({"train": {"precision": "fp8"}}, "train.precision"),
         ({"train": {"epochs": 1.5}}, "train.epochs"),
         ({"train": {"learning_rate": 0.1}}, "unknown config key 'train.learning_rate'"),
@@ -327,6 +331,35 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
 def test_bad_config_names_the_key(config, message):
     with pytest.raises(ConfigError, match=message):
         resolve_config(config)
+
+
+def test_infinite_lr_from_the_command_line_is_refused():
+    with pytest.raises(ConfigError, match="'train.lr' must be a finite number > 0, got inf"):
+        resolve_config(apply_overrides({}, ["train.lr=.inf"]))
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ({"name": "gcn", "hidden_feats": 0}, r"hidden_feats must be >= 1 \(an integer\), got 0"),
+        ({"name": "gcn", "hidden_feats": -4}, "hidden_feats must be >= 1.*got -4"),
+        ({"name": "agnn", "hidden_feats": 2.5}, "hidden_feats must be >= 1.*got 2.5"),
+        ({"name": "gat", "heads": 0}, "heads must be >= 1.*got 0"),
+        ({"name": "gat", "out_heads": -1}, "out_heads must be >= 1.*got -1"),
+        ({"name": "gcn", "num_layers": 0}, "num_layers must be >= 1.*got 0"),
+        ({"name": "gcn", "dropout": 1.5}, r"dropout must be a number in \[0, 1\), got 1.5"),
+        ({"name": "gat", "attn_drop": -0.1}, "attn_drop must be a number in"),
+    ],
+)
+def test_bad_model_sizes_fail_before_the_data_is_read(tmp_path, model, message):
+    cfg = {
+        "dataset": {"name": "no-such-graph", "root": str(tmp_path)},  # never read
+        "model": model,
+        "output": {"dir": str(tmp_path / "run")},
+    }
+    with pytest.raises(ConfigError, match=f"config section 'model' .*{message}"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
 
 
 def test_cuda_graph_needs_a_cuda_device(tmp_path):
