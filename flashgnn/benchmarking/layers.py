@@ -72,8 +72,8 @@ from . import table
 from .checks import relative_error
 from .environment import environment
 from .errors import describe_error
-from .graphs import DEFAULT_CACHE_DIR, GENERATED, data_dir, load_graph, resolve_names
-from .options import QUICK_SCALE, comma_list
+from .graphs import GENERATED, data_dir, load_graph, resolve_names
+from .options import QUICK_SCALE, add_data_arguments, comma_list
 from .timing import Timer, free_device_memory, timed_call, wall_per_call
 
 DEFAULT_GRAPHS = "powerlaw_products,musae_github"
@@ -521,14 +521,7 @@ def add_arguments(p) -> None:
         help=f"comma list of graph names, or real, generated, all (default {DEFAULT_GRAPHS})",
     )
     add_common_arguments(p)
-    p.add_argument(
-        "--data",
-        default=None,
-        help="datasets folder (default $FLASHGNN_DATA or ../shared/datasets)",
-    )
-    p.add_argument(
-        "--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept"
-    )
+    add_data_arguments(p)
     p.add_argument(
         "--models",
         default=",".join(DEFAULT_MODELS),

@@ -21,9 +21,8 @@ def comma_list(text: str, allowed, what: str) -> list[str]:
     return items
 
 
-def add_run_arguments(p) -> None:
-    """Device, data and timing options shared by the kernel-level benchmarks."""
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+def add_data_arguments(p) -> None:
+    """Where a benchmark reads real graphs and keeps the generated ones."""
     p.add_argument(
         "--data",
         default=None,
@@ -32,6 +31,12 @@ def add_run_arguments(p) -> None:
     p.add_argument(
         "--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where generated graphs are kept"
     )
+
+
+def add_run_arguments(p) -> None:
+    """Device, data and timing options shared by the kernel-level benchmarks."""
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_data_arguments(p)
     p.add_argument(
         "--warmup", type=int, default=None, help="untimed calls first (default 5, quick 2)"
     )
