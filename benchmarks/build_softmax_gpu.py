@@ -2,7 +2,7 @@
 ogbn-products-sized power-law graph (2.4M nodes, 60M nonzeros by default).
 
 Builder: nonzeros per second (goal >= 1e9 on a Hopper GPU), beside the sort-based torch
-reference (flashgnn.format.build_pattern) run on the same GPU. Edge softmax: effective GB/s
+reference (flashgnn.formats.mebcrs.build_pattern) run on the same GPU. Edge softmax: effective GB/s
 = bytes a single pass must move (forward: scores in, probabilities out; backward: p and g in,
 d out; plus vec_mask) / time. fp32 SpMM: ms and GB/s beside torch.sparse.mm (cuSPARSE, CSR).
 Every time is the median of CUDA-event timings of single calls after warm-up, each call
@@ -24,7 +24,7 @@ from flashgnn._cuda.edge_softmax import edge_softmax_backward_cuda, edge_softmax
 from flashgnn._cuda.spmm_fp32 import spmm_fp32
 from flashgnn.benchmarking.timing import event_median_ms, timed_call
 from flashgnn.data.generators import power_law_csr
-from flashgnn.format import build_canonical, build_pattern
+from flashgnn.formats.mebcrs import build_canonical, build_pattern
 
 
 def load_graph(args) -> tuple[np.ndarray, np.ndarray]:

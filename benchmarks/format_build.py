@@ -18,8 +18,8 @@ import torch
 
 from flashgnn.benchmarking.timing import timed_call
 from flashgnn.data.generators import power_law_csr
-from flashgnn.format import MEBCRS, WINDOW, build_pattern
-from flashgnn.windowed import check_csr
+from flashgnn.formats.mebcrs import MEBCRS, WINDOW, build_pattern
+from flashgnn.formats.windowed import check_csr
 
 
 def main(argv=None) -> None:

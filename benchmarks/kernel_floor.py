@@ -23,7 +23,7 @@ from flashgnn._cuda.runtime import launch, ptr
 from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 
 SIZES = (32, 128)  # N and K the floors are instantiated for
 VECS = (32, 64)  # vectors per warp

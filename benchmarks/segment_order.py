@@ -26,7 +26,7 @@ from flashgnn.benchmarking.graphs import (
     load_graph,
 )
 from flashgnn.benchmarking.timing import KERNEL_HEAD_START, Timer
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.precision_context import block_width
 
 ORDERS = {"longest first": 1 << 62, "by column": 0}  # COLUMN_ORDER_MIN_VECTORS forcing each order

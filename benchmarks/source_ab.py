@@ -29,7 +29,7 @@ from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.precision_context import block_width
 
 

@@ -1,7 +1,7 @@
 """flashgnn: graph neural networks on tensor cores (FlashSparse ME-BCRS kernels)."""
 
 from . import nn, ops
-from .format import MEBCRS
+from .formats.mebcrs import MEBCRS
 from .graph import Graph
 from .precision_context import get_precision, precision
 from .sampling import NeighborSampler

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import torch
 
 from .data.generators import power_law_csr
-from .format import MEBCRS
+from .formats.mebcrs import MEBCRS
 from .ops import PRECISIONS, edge_softmax, sddmm, spmm
 
 

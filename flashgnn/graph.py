@@ -28,11 +28,11 @@ import weakref
 import numpy as np
 import torch
 
-from .block_diagonal import block_diagonal
-from .format import MEBCRS, build_canonical
+from .formats.block_diagonal import block_diagonal
+from .formats.mebcrs import MEBCRS, build_canonical
+from .formats.windowed import MAX_DIM, check_csr
 from .ops.gcn_norm import NORMS, gcn_norm_factor, gcn_norm_values
 from .tensor_cache import built_for_reuse, tensor_version
-from .windowed import MAX_DIM, check_csr
 
 
 def _device_key(device) -> torch.device:

@@ -1,4 +1,4 @@
-// SpMM and SDDMM on the 16x1 blocked format (flashgnn/format16.py): the baseline design that
+// SpMM and SDDMM on the 16x1 blocked format (flashgnn/formats/blocked16.py): the baseline design that
 // ME-BCRS and swap-and-transpose improve on. fp16 / bf16 operands, mma.m16n8k8, fp32 accumulators.
 //
 // SpMM, Y = A X, no swap-and-transpose: the stored 16 x 8 block is the left operand (row-major,

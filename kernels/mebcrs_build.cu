@@ -16,7 +16,7 @@
 //                        = offs[lower_bound_q(c)] - offs[indptr[q]]. The same searches give
 //                        vec_mask (bit q set when row q holds c). The first occurrence writes
 //                        col_idx and vec_mask of its vector (one writer per vector); every
-//                        nonzero writes its slot to perm with the formula of format.py.
+//                        nonzero writes its slot to perm with the formula of formats/mebcrs.py.
 //   values  move_values.cu  values_out[perm[i]] = values_in[i] into a zero-filled array.
 //
 // Only totals cross to the host (n_vectors, to allocate col_idx, vec_mask and values). Every

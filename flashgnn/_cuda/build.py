@@ -17,7 +17,7 @@ _TILE = 256 * 4  # nonzeros per block of mark_first / place_nonzeros (BUILD_TILE
 def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
     """(row_ptr int64, col_idx int32, perm int64, vec_mask uint8) of a canonical CSR pattern
     (indptr int64 [n_rows + 1], indices int64 [nnz], both on one GPU): the arrays of
-    flashgnn.format.build_pattern. One host synchronisation, for n_vectors and the segment
+    flashgnn.formats.mebcrs.build_pattern. One host synchronisation, for n_vectors and the segment
     totals."""
     device = indices.device
     n_rows, nnz = indptr.numel() - 1, indices.numel()
@@ -82,7 +82,7 @@ def build_pattern_cuda(indptr: torch.Tensor, indices: torch.Tensor, k: int):
 
 def build_mebcrs_cuda(indptr, indices, values, n_cols: int, k: int, device: torch.device):
     """(row_ptr, col_idx, values, perm, vec_mask) of the ME-BCRS of a canonical CSR matrix,
-    built on ``device``: the arrays of the CPU reference (flashgnn.format.build_reference).
+    built on ``device``: the arrays of the CPU reference (flashgnn.formats.mebcrs.build_reference).
     indptr, indices: int64 (any device); values: float [nnz]; n_cols is the reference's (its
     sort key needs it), not read here."""
     require_device(device)

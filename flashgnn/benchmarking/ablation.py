@@ -1,6 +1,6 @@
 """``flashgnn bench ablation``: the method's central ablation, ME-BCRS (8x1 vectors,
-swap-and-transpose) against the 16x1 blocked baseline (flashgnn.format16: windows of 16 rows,
-blocks of 16 x 8 as the left operand of mma.m16n8k8), on every benchmark graph.
+swap-and-transpose) against the 16x1 blocked baseline (flashgnn.formats.blocked16: windows of 16
+rows, blocks of 16 x 8 as the left operand of mma.m16n8k8), on every benchmark graph.
 
 Per graph: SpMM at N = 32 and 128 and SDDMM at K = 32, in fp16 (--precision bf16 also runs),
 on both formats: ms (median of per-call CUDA-event times after warm-up, cold L2: timing.py),
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ..ops import sddmm, spmm
 from . import table
 from .checks import ERROR_BOUND, relative_error, sddmm_check

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 
 ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ..ops import PRECISIONS, sddmm, spmm
 from ..precision_context import block_width
 from . import table

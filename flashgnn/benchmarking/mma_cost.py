@@ -1,5 +1,5 @@
 """MMA count and bytes moved of SpMM and SDDMM on ME-BCRS (8x1 vectors, swap-and-transpose)
-and on the 16x1 baseline (flashgnn.format16), fp16/bf16 operands on mma.m16n8k8.
+and on the 16x1 baseline (flashgnn.formats.blocked16), fp16/bf16 operands on mma.m16n8k8.
 
 MMAs, as each design needs them (N feature columns for SpMM, K features for SDDMM):
   SpMM 8x1:   sum over windows of ceil(vectors / 8) * ceil(N / 16)  (16 features x 8 rows, 8
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..format import MEBCRS
-from ..format16 import COLS, Blocked16
+from ..formats.blocked16 import COLS, Blocked16
+from ..formats.mebcrs import MEBCRS
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..block_diagonal import head_major, node_major
+from ..formats.block_diagonal import head_major, node_major
 from ..ops import gat_attention
 from ..ops.precision import check_precision
 from ..ops.score_terms import score_terms

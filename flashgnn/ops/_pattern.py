@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .._cuda.move_values import move_values_cuda
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ..tensor_cache import TensorCache
 from ._autograd import tracing
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_cuda
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ._autograd import recorded_gradients, tracing
 from ._pattern import NO_TRANSPOSE, check_dense, pattern_args, transpose_args, transposed_values
 from .edge_softmax import _edge_softmax_backward, edge_softmax_call, scaled_edge_softmax

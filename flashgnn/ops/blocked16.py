@@ -1,10 +1,10 @@
-"""SpMM and SDDMM on the 16x1 baseline format (flashgnn.format16), reached through
-``flashgnn.ops.spmm`` / ``sddmm`` when the matrix's ``vector`` is 16.
+"""SpMM and SDDMM on the 16x1 baseline format (flashgnn.formats.blocked16), reached through
+``flashgnn.ops.spmm`` / ``sddmm``.
 
 Forward only: the format exists to measure the design ME-BCRS improves on. On the CPU, and
 for float64 inputs, the vectorised reference (inputs rounded to the precision, fp32
 accumulation); on CUDA the tensor-core kernels of kernels/blocked16.cu (fp16 and bf16).
-Callers validate shapes, dtypes and devices first (spmm.py, sddmm.py).
+``flashgnn.ops.dispatch`` validates shapes, dtypes and devices first.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import torch
 from torch import Tensor
 
 from .._cuda.blocked16 import sddmm16_cuda, spmm16_cuda
-from ..format16 import Blocked16
+from ..formats.blocked16 import Blocked16
+from ._pattern import check_values
+from .dispatch import register_format
 from .reference import sddmm_on_coords, spmm_on_coords
 
 _KERNEL_PRECISIONS = ("fp16", "bf16")
@@ -39,9 +41,13 @@ def _on_kernels(precision: str, *tensors: Tensor) -> bool:
     return True
 
 
-def spmm16(a: Blocked16, x: Tensor, precision: str, values: Tensor, out_fp32: bool) -> Tensor:
+def spmm16(
+    a: Blocked16, x: Tensor, precision: str, *, values: Tensor | None, out_fp32: bool
+) -> Tensor:
     """Y = A @ X; values [128 * n_blocks] (slots outside the pattern are ignored), x [n_cols, N].
     Returns [n_rows, N] in x's dtype, or float32 when ``out_fp32``."""
+    values = a.values if values is None else values
+    check_values("values", values, a)
     _forward_only("spmm", values, x)
     if not _on_kernels(precision, values, x):
         y = spmm_on_coords(a.slot_coords(), values, x, a.n_rows, precision, out_fp32)
@@ -60,3 +66,6 @@ def sddmm16(a: Blocked16, x: Tensor, y: Tensor, precision: str) -> Tensor:
     if not _on_kernels(precision, x, y):
         return sddmm_on_coords(a.slot_coords(), a.n_slots, x, y, precision)
     return sddmm16_cuda(a.row_ptr, a.col_idx, a.vec_mask, x, y, precision)
+
+
+register_format(Blocked16, spmm=spmm16, sddmm=sddmm16)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from .._cuda import edge_softmax as cuda_softmax
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ._autograd import op_entry, tracing
 from ._pattern import check_values, pattern_args
 from .precision import compute_dtype

@@ -36,7 +36,7 @@ from .._cuda.edge_softmax import (
 from .._cuda.sddmm import gat_softmax_backward_tensor_core
 from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .._cuda.spmm import GAT_BLOCK_WIDTH, GatAttention, spmm_tensor_core
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ._autograd import recorded_gradients, tracing
 from ._pattern import (
     NO_TRANSPOSE,
@@ -46,10 +46,11 @@ from ._pattern import (
     transpose_args,
     transposed_values,
 )
+from .dispatch import spmm
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax_call
 from .precision import check_precision, kernel_operands
 from .sddmm import _sddmm, sddmm_call
-from .spmm import _spmm, spmm, spmm_call
+from .spmm import _spmm, spmm_call
 
 
 def _score_operands(er: Tensor, el: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .._cuda.gcn_norm import gcn_values_cuda
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 
 NORMS = ("both", "right", "left", "none")
 

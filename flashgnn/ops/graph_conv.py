@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .._cuda.column_sums import cast_and_sum_columns_cuda
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ..tensor_cache import tensor_version
 from ._autograd import tracing
 from ._pattern import (
@@ -42,9 +42,10 @@ from ._pattern import (
     transpose_args,
     transposed_values,
 )
+from .dispatch import spmm
 from .precision import check_precision, half_storage, kernel_operands
 from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
-from .spmm import _spmm, spmm, spmm_call
+from .spmm import _spmm, spmm_call
 
 
 def _dense_dtype(feat: Tensor) -> torch.dtype:

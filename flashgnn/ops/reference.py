@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..format import WINDOW, SlotCoords, decode_slots
+from ..formats.mebcrs import WINDOW, SlotCoords, decode_slots
 from ..tensor_cache import TensorCache, built_for_reuse, tensor_version
 from .precision import compute_dtype, round_to_precision
 

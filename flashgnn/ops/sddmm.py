@@ -6,11 +6,11 @@ import torch
 from torch import Tensor
 
 from .._cuda import sddmm as cuda_sddmm
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ._autograd import op_entry
-from ._pattern import check_dense, pattern_args, transpose_args, transposed_values
-from .blocked16 import sddmm16
-from .precision import check_precision, compute_dtype, kernel_operands
+from ._pattern import pattern_args, transpose_args, transposed_values
+from .dispatch import register_format
+from .precision import compute_dtype, kernel_operands
 from .reference import sddmm_reference
 
 
@@ -105,21 +105,11 @@ def _backward(ctx, grad):
 sddmm_call = op_entry(sddmm_op, _sddmm, _setup_context, _backward)
 
 
-def sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str = "fp32") -> Tensor:
-    """out[slot(i, j)] = x[i] . y[j] for every nonzero (i, j) of A; other slots are 0.
-
-    a: MEBCRS [n_rows, n_cols] (or a Blocked16, the forward-only 16x1 baseline: the result is
-    in its layout, [128 * n_blocks]); x: [n_rows, K]; y: [n_cols, K]. Returns [8 * n_vectors] in
-    float32 (float64 for float64 inputs), A's value layout. A's values are not used.
-    """
-    check_precision(precision)
-    check_dense("x", x, a.n_rows, a.device)
-    check_dense("y", y, a.n_cols, a.device)
-    if x.shape[1] != y.shape[1]:
-        raise ValueError(
-            f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}"
-        )
-    if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
-        return sddmm16(a, x, y, precision)
+def mebcrs_sddmm(a: MEBCRS, x: Tensor, y: Tensor, precision: str) -> Tensor:
+    """ME-BCRS's SDDMM behind ``flashgnn.ops.sddmm`` (which checks the inputs): [8 * n_vectors]
+    float32 (float64 for float64 inputs), differentiable in x and y."""
     need_t = torch.is_grad_enabled() and y.requires_grad
     return sddmm_call(*pattern_args(a), x, y, a.k, precision, *transpose_args(a, need_t))
+
+
+register_format(MEBCRS, sddmm=mebcrs_sddmm)

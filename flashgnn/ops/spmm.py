@@ -7,11 +7,11 @@ from torch import Tensor
 
 from .._cuda import spmm as cuda_spmm
 from .._cuda import spmm_fp32 as cuda_spmm_fp32
-from ..format import MEBCRS
+from ..formats.mebcrs import MEBCRS
 from ._autograd import op_entry
-from ._pattern import check_dense, check_values, pattern_args, transpose_args, transposed_values
-from .blocked16 import spmm16
-from .precision import check_precision, kernel_operands
+from ._pattern import check_values, pattern_args, transpose_args, transposed_values
+from .dispatch import register_format
+from .precision import kernel_operands
 from .reference import spmm_reference
 
 
@@ -113,30 +113,18 @@ def _backward(ctx, grad):
 spmm_call = op_entry(spmm_op, _spmm, _setup_context, _backward)
 
 
-def spmm(
-    a: MEBCRS,
-    x: Tensor,
-    precision: str = "fp32",
-    *,
-    values: Tensor | None = None,
-    out_fp32: bool = False,
+def mebcrs_spmm(
+    a: MEBCRS, x: Tensor, precision: str, *, values: Tensor | None, out_fp32: bool
 ) -> Tensor:
-    """Y = A @ X.
-
-    a: MEBCRS [n_rows, n_cols] (or a Blocked16, the forward-only 16x1 baseline, whose value
-    layout is [128 * n_blocks]); x: [n_cols, N] float16/bfloat16/float32/float64;
-    values: A's values in its value layout ([8 * n_vectors]) to use instead of ``a.values``
-    (differentiable); slots outside the pattern are ignored. Returns [n_rows, N] in x's dtype, or
-    float32 when ``out_fp32``.
-    Inputs are rounded to ``precision``'s storage type; products accumulate in fp32.
-    """
-    check_precision(precision)
+    """ME-BCRS's SpMM behind ``flashgnn.ops.spmm`` (which checks x and the precision): values
+    [8 * n_vectors] in the value layout, slots outside the pattern ignored; differentiable in
+    values and x."""
     values = a.values if values is None else values
     check_values("values", values, a)
-    check_dense("x", x, a.n_cols, a.device)
-    if a.vector == 16:  # the 16x1 baseline format (flashgnn.format16), forward only
-        return spmm16(a, x, precision, values, out_fp32)
     need_t = torch.is_grad_enabled() and x.requires_grad
     return spmm_call(
         *pattern_args(a), values, x, a.n_rows, a.k, precision, out_fp32, *transpose_args(a, need_t)
     )
+
+
+register_format(MEBCRS, spmm=mebcrs_spmm)

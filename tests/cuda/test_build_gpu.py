@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, graph_names, load_dlmc, random_values
 

@@ -205,7 +205,7 @@ def test_require_device_rejects_pre_ampere(monkeypatch):
 
 @no_gpu_only
 def test_building_on_cuda_without_gpu_is_a_clear_error():
-    from flashgnn.format import MEBCRS
+    from flashgnn.formats.mebcrs import MEBCRS
 
     with pytest.raises(RuntimeError, match="no CUDA device is available"):
         MEBCRS.from_csr([0, 1, 2], [1, 0], device="cuda")

@@ -13,7 +13,7 @@ import torch
 from flashgnn._cuda import runtime
 from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn._cuda.sources import SOURCES
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import sddmm, spmm
 from tests.helpers import GPU, random_csr
 

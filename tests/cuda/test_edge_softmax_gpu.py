@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import flashgnn._cuda.edge_softmax as cuda_softmax
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import edge_softmax, sddmm
 from flashgnn.ops._pattern import transposed_values
 from flashgnn.ops.reference import edge_softmax_backward_reference, edge_softmax_reference

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flashgnn._cuda.slot_row_sums import slot_row_sums_cuda
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU
 

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import spmm
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, rel_err

@@ -1,5 +1,5 @@
 """An independent reading of ME-BCRS as docs/FORMAT.md §1 specifies it, used to check
-flashgnn.format without trusting any of its code.
+flashgnn.formats.mebcrs without trusting any of its code.
 
 - Rows are cut into windows of 8; a vector is one column of one window holding >= 1 nonzero;
   a window's vectors are sorted by column (§1.1).

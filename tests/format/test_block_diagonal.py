@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn.block_diagonal import block_diagonal, head_major, node_major, padded
+from flashgnn.formats.block_diagonal import block_diagonal, head_major, node_major, padded
 from flashgnn.ops import edge_softmax, spmm
 from tests.format.test_format import assert_same_format, build
 from tests.helpers import random_csr

@@ -1,5 +1,6 @@
-"""MEBCRS (flashgnn/format.py) against the independent decoder of tests/format/mebcrs_spec.py and
-scipy: random matrices, every graph of ../shared/datasets, a sample of DLMC, and every error."""
+"""MEBCRS (flashgnn/formats/mebcrs.py) against the independent decoder of
+tests/format/mebcrs_spec.py and scipy: random matrices, every graph of ../shared/datasets, a
+sample of DLMC, and every error."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from flashgnn import device_builders
-from flashgnn.format import (
+from flashgnn.formats import device_builders
+from flashgnn.formats.mebcrs import (
     MEBCRS,
     build_canonical,
     build_reference,
     decode_slots,
     vector_slots,
 )
-from flashgnn.windowed import check_dim
+from flashgnn.formats.windowed import check_dim
 from tests.format.mebcrs_spec import assert_mebcrs_of
 from tests.helpers import (
     GPU,
@@ -525,8 +526,9 @@ def test_no_builder_wraps_a_column_past_int32(device):
 
 # ---------------------------------------------------------------------------- device builders
 def test_from_csr_builds_with_the_builder_registered_for_the_device(monkeypatch, rng):
-    """format.py reaches a device's builder only through flashgnn.device_builders; the builder
-    returns plain arrays and the format assembles the MEBCRS."""
+    """formats/mebcrs.py reaches a device's builder only through
+    flashgnn.formats.device_builders; the builder returns plain arrays and the format assembles
+    the MEBCRS."""
     monkeypatch.setattr(device_builders, "_BUILDERS", dict(device_builders._BUILDERS))
     calls = []
 

@@ -1,4 +1,4 @@
-"""The 16x1 baseline format (flashgnn.format16) against a construction written from its
+"""The 16x1 baseline format (flashgnn.formats.blocked16) against a construction written from its
 definition with loops over windows, on random matrices and real graphs; entry points and errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import MEBCRS
-from flashgnn.format16 import Blocked16
+from flashgnn.formats.blocked16 import Blocked16
 from tests.helpers import csr_from_coo, random_csr
 
 

@@ -10,13 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "flashgnn"
-FORMAT_MODULES = (
-    "flashgnn.format",
-    "flashgnn.format16",
-    "flashgnn.windowed",
-    "flashgnn.device_builders",
-    "flashgnn.block_diagonal",
-)
+FORMAT_MODULES = (f"{PACKAGE}.formats",)
 # what the formats and the launchers both use: below every layer
 SHARED_BELOW = ("flashgnn.tensor_cache", "flashgnn.pattern_nnz", "flashgnn._torch_private")
 ABOVE_CUDA = FORMAT_MODULES + (
@@ -102,8 +96,8 @@ def _violations(importers, forbidden) -> list[str]:
 
 
 def test_the_parser_sees_imports_at_every_level():
-    targets = {imp.target: imp.at_import for imp in IMPORTS["flashgnn.format"]}
-    assert targets["flashgnn.windowed"] and targets["torch"]
+    targets = {imp.target: imp.at_import for imp in IMPORTS["flashgnn.formats.mebcrs"]}
+    assert targets["flashgnn.formats.windowed"] and targets["torch"]
     assert "flashgnn.ops.precision" in {imp.target for imp in IMPORTS["flashgnn.precision_context"]}
     # from . import nn, ops
     assert {"flashgnn.nn", "flashgnn.ops"} <= {imp.target for imp in IMPORTS["flashgnn"]}
@@ -117,7 +111,7 @@ def test_the_parser_sees_imports_at_every_level():
 
 def test_format_modules_import_no_kernels_and_no_ops():
     """The formats are the specification: they reach the GPU builder only through
-    flashgnn.device_builders, which flashgnn.ops fills."""
+    flashgnn.formats.device_builders, which flashgnn.ops fills."""
     assert _violations(FORMAT_MODULES, (f"{PACKAGE}._cuda", f"{PACKAGE}.ops")) == []
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from flashgnn import ops
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from tests.helpers import GPU, random_csr, rel_err
 

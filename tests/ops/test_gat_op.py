@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from flashgnn import ops
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops import gat as gat_module
 from flashgnn.ops.precision import half_storage
@@ -252,7 +252,7 @@ def test_gpu_terms_gradients_by_the_sddmm(precision, k_dim, rng):
     A and A^T and an empty window included; the same bits in two runs."""
     from flashgnn._cuda.edge_softmax import gat_softmax_backward_cuda, gat_softmax_cuda
     from flashgnn._cuda.sddmm import gat_softmax_backward_tensor_core, sddmm_tensor_core
-    from flashgnn.format import decode_slots
+    from flashgnn.formats.mebcrs import decode_slots
 
     a = _hub_adjacency(
         rng, n=330, empty_window=True

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flashgnn import ops
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops.graph_conv import _composed
 from flashgnn.ops.precision import round_to_precision

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import ops
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops.precision import round_tf32
 from tests.helpers import (
     csr_from_coo,

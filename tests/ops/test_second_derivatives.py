@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from flashgnn import ops
-from flashgnn.format import MEBCRS
+from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import _autograd
 from flashgnn.ops import agnn as agnn_module
 from flashgnn.ops import gat as gat_module

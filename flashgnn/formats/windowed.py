@@ -1,4 +1,4 @@
-"""What the windowed formats (ME-BCRS in ``format.py``, the 16x1 baseline in ``format16.py``)
+"""What the windowed formats (ME-BCRS in ``mebcrs.py``, the 16x1 baseline in ``blocked16.py``)
 share: the checks of the canonical CSR they are built from, the arrays both hold, and the
 coordinates of their real value slots (docs/FORMAT.md)."""
 

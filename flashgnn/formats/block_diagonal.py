@@ -14,7 +14,7 @@ import numbers
 
 import torch
 
-from .format import MEBCRS, WINDOW, Transpose
+from .mebcrs import MEBCRS, WINDOW, Transpose
 from .windowed import MAX_DIM
 
 

@@ -2,7 +2,7 @@
 kernels that build them faster.
 
 The format modules are the executable specification and import no kernels, so that data flows
-one way (format -> ops -> _cuda). ``format.py`` registers its vectorised reference builder for
+one way (format -> ops -> _cuda). ``mebcrs.py`` registers its vectorised reference builder for
 the CPU; the layer that owns the kernels registers the builder of its device type when it is
 imported (``flashgnn.ops`` the CUDA one, and ``import flashgnn`` imports ``flashgnn.ops``).
 ``MEBCRS.from_csr(..., device=...)`` looks the device's builder up here; a device type with

@@ -10,7 +10,7 @@ array has exactly ``8 * n_vectors`` entries. docs/FORMAT.md specifies every arra
 
 This module is the executable specification of the format: the GPU builder and every
 kernel are tested against it. It imports no kernels: ``from_csr`` builds on a device with
-the builder registered for the device's type (``flashgnn.device_builders``): the reference
+the builder registered for the device's type (``flashgnn.formats.device_builders``): the reference
 builder below for the CPU, the GPU builder for CUDA, which ``flashgnn.ops`` registers.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..pattern_nnz import remember_nnz
+from ..tensor_cache import built_for_reuse
+from .blocked16 import Blocked16
 from .device_builders import builder_for, register_builder
-from .format16 import Blocked16
-from .pattern_nnz import remember_nnz
-from .tensor_cache import built_for_reuse
 from .windowed import SlotCoords, WindowedFormat, check_dim, csr_inputs
 
 WINDOW = 8
@@ -127,7 +127,7 @@ class MEBCRS(WindowedFormat):
         indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None
         (all ones, float32). n_cols defaults to max(indices) + 1. ``device`` chooses where
         the result lives (``"cuda"`` builds it there); the default is the device of ``indices``.
-        ``vector=16`` returns the 16x1 baseline format instead (``flashgnn.format16.Blocked16``,
+        ``vector=16`` returns the 16x1 baseline format instead (``flashgnn.formats.Blocked16``,
         blocks of 16 x 8; ``k`` must stay 8).
         """
         if vector == 16:

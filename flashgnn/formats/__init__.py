@@ -1,0 +1,12 @@
+"""Sparse matrix formats: the arrays of each layout, built from CSR (on the CPU by vectorised
+torch, on a GPU by the builder ``flashgnn.ops`` registers), read back with ``to_csr()``, and
+checked strictly. The products on them live in ``flashgnn.ops``, one module per format.
+
+- ``MEBCRS``: FlashSparse's 8x1 column vectors in windows of 8 rows (docs/FORMAT.md).
+- ``Blocked16``: the 16x1 blocked baseline it improves on, kept for the ablation.
+"""
+
+from .blocked16 import Blocked16
+from .mebcrs import MEBCRS
+
+__all__ = ["MEBCRS", "Blocked16"]
