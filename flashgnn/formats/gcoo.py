@@ -1,0 +1,207 @@
+"""GCOO, the grouped coordinate format of GCOOSpDM (Shi et al.), by row strips: the rows are cut
+into groups of p consecutive rows (a strip; the last may be shorter), and each group is a COO
+list of its nonzeros sorted by column (rows ascending within a column), the groups concatenated
+in order. A kernel that takes one group reads a column of X once for every row of the strip
+holding that column.
+
+Arrays (``n_groups = ceil(n_rows / p)``):
+  group_ptr  int64 [n_groups + 1], offset of each group's first nonzero (the paper's gIdxes).
+  group_nnz  int32 [n_groups], nonzeros of each group (its nnzPerGroup).
+  rows       int32 [nnz], row of each nonzero (of the matrix, not of the strip).
+  cols       int32 [nnz], column of each nonzero, ascending within a group.
+  values     float [nnz], the value of each nonzero in that order.
+  perm       int64 [nnz], position in GCOO order of each nonzero of the CSR it was built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .device_builders import check_device
+from .windowed import SlotCoords, csr_inputs
+
+GROUPS = (1, 2, 4, 8)  # rows per strip: the kernel keeps a strip's sums in registers
+
+# The strip height chosen for a pattern (choose_group) is the larger of two:
+# - reuse: the tallest strip whose nonzeros per distinct column (the reads of X it saves) reach
+#   its entry here, else 1; taller strips cost registers and a longer select per nonzero, so
+#   they must save more reads;
+# - packing: the shortest strip holding GROUP_PACK_NNZ nonzeros on average (8 at most), so that
+#   a warp of short rows still has a batch of work.
+GROUP_REUSE = ((8, 1.6), (4, 1.35), (2, 1.15))
+GROUP_PACK_NNZ = 16
+
+
+@dataclass
+class GCOO:
+    """A sparse n_rows x n_cols matrix in GCOO (module docstring); ``group`` is p, the rows of a
+    strip."""
+
+    group_ptr: torch.Tensor
+    group_nnz: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+    perm: torch.Tensor
+    n_rows: int
+    n_cols: int
+    group: int
+
+    @property
+    def nnz(self) -> int:
+        return self.cols.numel()
+
+    @property
+    def n_slots(self) -> int:
+        """Entries of the value layout: one per nonzero."""
+        return self.nnz
+
+    @property
+    def n_groups(self) -> int:
+        return self.group_ptr.numel() - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+    @classmethod
+    def from_csr(
+        cls,
+        indptr,
+        indices,
+        values=None,
+        n_cols: int | None = None,
+        *,
+        group: int = 4,
+        device=None,
+    ) -> GCOO:
+        """Build from a canonical CSR matrix (sorted, duplicate-free columns in each row).
+
+        indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None (all
+        ones, float32); n_cols defaults to max(indices) + 1; ``group`` is p (1, 2, 4 or 8;
+        ``choose_group`` picks one from the pattern); ``device`` chooses where the result lives
+        (default: the device of ``indices``). One stable sort of torch, the same on the CPU and
+        the GPU. ValueError naming the first problem of the input.
+        """
+        if type(group) is not int or group not in GROUPS:
+            raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
+        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+            indptr, indices, values, n_cols, device
+        )
+        check_device(device)
+        indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
+        group_ptr, group_nnz, rows, cols, perm = build_gcoo_pattern(
+            indptr_t, indices_t, n_cols, group
+        )
+        values_t = values_t.to(device)
+        out = torch.empty_like(values_t).index_copy_(0, perm, values_t)
+        n_rows = indptr_t.numel() - 1
+        return cls(group_ptr, group_nnz, rows, cols, out, perm, n_rows, n_cols, group)
+
+    def slot_coords(self) -> SlotCoords:
+        """Slot, row and column of every nonzero, ordered by slot."""
+        slot = torch.arange(self.nnz, device=self.device)
+        return SlotCoords(slot, self.rows.to(torch.int64), self.cols.to(torch.int64))
+
+    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
+        from rows, cols and values (the CSR it was built from, exactly)."""
+        rows, cols = self.rows.to(torch.int64), self.cols.to(torch.int64)
+        order = torch.argsort(rows * max(self.n_cols, 1) + cols)
+        counts = torch.bincount(rows, minlength=self.n_rows)
+        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
+        indptr[1:] = torch.cumsum(counts, 0)
+        return indptr, cols[order], self.values[order]
+
+    def to_dense(self) -> torch.Tensor:
+        """Dense [n_rows, n_cols] copy, for small matrices."""
+        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
+        out[self.rows.to(torch.int64), self.cols.to(torch.int64)] = self.values
+        return out
+
+    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """Place values given in CSR nonzero order ([nnz]) into GCOO order."""
+        if csr_values.shape != (self.nnz,):
+            raise ValueError(
+                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
+            )
+        return torch.empty_like(csr_values).index_copy_(0, self.perm, csr_values)
+
+    def with_values(self, values: torch.Tensor) -> GCOO:
+        """The same pattern with other values ([nnz], GCOO order)."""
+        if values.shape != (self.nnz,):
+            raise ValueError(
+                f"values must have shape ({self.nnz},) (GCOO order), got {tuple(values.shape)}"
+            )
+        return replace(self, values=values)
+
+    def to(self, device) -> GCOO:
+        device = torch.device(device)
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("group_ptr", "group_nnz", "rows", "cols", "values", "perm")
+        }
+        return replace(self, **moved)
+
+
+def build_gcoo_pattern(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int, group: int):
+    """(group_ptr, group_nnz, rows, cols, perm) of a canonical CSR pattern (indptr, indices int64
+    on one device) in strips of ``group`` rows: one stable sort by (strip, column), which keeps
+    the rows of a column ascending, no loop."""
+    device = indices.device
+    n_rows = indptr.numel() - 1
+    n_groups = (n_rows + group - 1) // group
+    nnz = indices.numel()
+    row = torch.repeat_interleave(
+        torch.arange(n_rows, device=device), indptr[1:] - indptr[:-1], output_size=nnz
+    )
+    if group == 1:  # CSR order already
+        order = torch.arange(nnz, device=device)
+    else:
+        order = torch.sort((row // group) * n_cols + indices, stable=True)[1]
+    perm = torch.empty(nnz, dtype=torch.int64, device=device)
+    perm[order] = torch.arange(nnz, device=device)
+    first = torch.arange(n_groups, device=device) * group
+    counts = indptr[(first + group).clamp_max(n_rows)] - indptr[first]  # the last may be short
+    group_ptr = torch.zeros(n_groups + 1, dtype=torch.int64, device=device)
+    group_ptr[1:] = torch.cumsum(counts, 0)
+    rows = row[order].to(torch.int32)
+    cols = indices[order].to(torch.int32)
+    return group_ptr, counts.to(torch.int32), rows, cols, perm
+
+
+def column_reuse(indptr, indices, group: int) -> float:
+    """Nonzeros per distinct (strip, column) pair when the rows are cut into strips of
+    ``group`` rows: how many products each read of X serves in a GCOO kernel (1.0 at group 1).
+    indptr, indices: a canonical CSR pattern (tensors of one device)."""
+    indptr = torch.as_tensor(indptr).to(torch.int64)
+    indices = torch.as_tensor(indices).to(torch.int64)
+    nnz = indices.numel()
+    if nnz == 0 or group == 1:
+        return 1.0
+    n_rows = indptr.numel() - 1
+    n_cols = int(indices.max()) + 1
+    row = torch.repeat_interleave(
+        torch.arange(n_rows, device=indices.device), indptr[1:] - indptr[:-1], output_size=nnz
+    )
+    distinct = torch.unique((row // group) * n_cols + indices).numel()
+    return nnz / distinct
+
+
+def choose_group(indptr, indices) -> int:
+    """The strip height p for a canonical CSR pattern: the larger of the tallest strip of
+    GROUP_REUSE whose column reuse (``column_reuse``) reaches its threshold and the shortest
+    that packs GROUP_PACK_NNZ nonzeros on average. A few sorts of the pattern."""
+    n_rows = max(torch.as_tensor(indptr).numel() - 1, 1)
+    mean = torch.as_tensor(indices).numel() / n_rows
+    packed = next((p for p in GROUPS if p * mean >= GROUP_PACK_NNZ), GROUPS[-1])
+    for group, least in GROUP_REUSE:
+        if group > packed and column_reuse(indptr, indices, group) >= least:
+            return group
+    return packed
