@@ -374,3 +374,49 @@ DECLARED: dict[str, dict[str, KernelParams]] = {
         ),
     },
 }
+
+# kernels/tca.cu and kernels/gcoo.cu: TCA-SpMM on CSR and the GCOO fp32 SpMM
+DECLARED["tca.cu"] = {
+    "tca_spmm": KernelParams(
+        ("indptr", "const i64*"),
+        ("indices", "const int*"),
+        ("values", "const float*"),
+        ("warp_row", "const int*"),
+        ("warp_rank", "const int*"),
+        ("row_warps", "const int*"),
+        ("n_warps", "i64"),
+        ("n", "int"),
+        ("x", "const T*"),
+        ("out", "T*"),
+    ),
+}
+DECLARED["gcoo.cu"] = {
+    "gcoo_spmm": KernelParams(
+        ("group_ptr", "const i64*"),
+        ("rows", "const int*"),
+        ("cols", "const int*"),
+        ("values", "const float*"),
+        ("seg_group", "const int*"),
+        ("seg_begin", "const i64*"),
+        ("seg_part", "const int*"),
+        ("n_segments", "i64"),
+        ("seg_nnz", "int"),
+        ("n_rows", "i64"),
+        ("n", "int"),
+        ("n_tiles", "int"),
+        ("x", "const float*"),
+        ("y", "float*"),
+        ("workspace", "float*"),
+    ),
+    "gcoo_reduce": KernelParams(
+        ("workspace", "const float*"),
+        ("split_group", "const int*"),
+        ("split_first", "const int*"),
+        ("split_count", "const int*"),
+        ("n_split", "i64"),
+        ("p", "int"),
+        ("n_rows", "i64"),
+        ("n", "int"),
+        ("y", "float*"),
+    ),
+}
