@@ -420,3 +420,45 @@ DECLARED["gcoo.cu"] = {
         ("y", "float*"),
     ),
 }
+
+# kernels/cvse.cu: the CVSE SpMM and SDDMM (flashgnn/_cuda/cvse.py); the tensor-core kernels
+# read x (and y) in the precision's storage type T, the fp32 ones float
+_CVSE_PATTERN = (
+    ("row_ptr", "const int*"),
+    ("col_idx", "const int*"),
+    ("vec_mask", "const u8*"),
+)
+
+
+def _cvse_spmm(x: str, out: str) -> KernelParams:
+    return KernelParams(
+        *_CVSE_PATTERN,
+        ("values", "const float*"),
+        ("n_strips", "int"),
+        ("n_rows", "int"),
+        ("n", "int"),
+        ("aligned", "int"),
+        ("x", f"const {x}*"),
+        ("out", f"{out}*"),
+    )
+
+
+def _cvse_sddmm(x: str) -> KernelParams:
+    return KernelParams(
+        *_CVSE_PATTERN,
+        ("n_strips", "int"),
+        ("n_rows", "int"),
+        ("kdim", "int"),
+        ("aligned", "int"),
+        ("x", f"const {x}*"),
+        ("y", f"const {x}*"),
+        ("out", "float*"),
+    )
+
+
+DECLARED["cvse.cu"] = {
+    "cvse_spmm_tc": _cvse_spmm("T", "T"),
+    "cvse_sddmm_tc": _cvse_sddmm("T"),
+    "cvse_spmm_fp32": _cvse_spmm("float", "float"),
+    "cvse_sddmm_fp32": _cvse_sddmm("float"),
+}

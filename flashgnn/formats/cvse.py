@@ -15,6 +15,7 @@ Arrays (``n_strips = ceil(n_rows / V)``, ``n_vectors = row_ptr[-1]``):
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -65,8 +66,13 @@ class CVSE(WindowedFormat):
         vectorised pass of torch, the same on the CPU and the GPU. ValueError naming the first
         problem of the input.
         """
-        if isinstance(vector, bool) or vector not in VECTORS:
+        if (
+            isinstance(vector, bool)
+            or not isinstance(vector, numbers.Integral)
+            or vector not in VECTORS
+        ):
             raise ValueError(f"vector must be one of {VECTORS}, got {vector!r}")
+        vector = int(vector)
         indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
             indptr, indices, values, n_cols, device
         )

@@ -1,0 +1,235 @@
+"""The CVSE kernels (kernels/cvse.cu) through flashgnn.ops on CUDA, every V and precision:
+against float64 scipy (the issue's bounds) and the CPU implementation of the same precision,
+with every output allocation poisoned with NaN, on random matrices (tails of every kind, a
+20,000-nonzero hub row), every shared graph and DLMC matrices expanded to V-vectors; SDDMM
+padding slots exactly 0; gradients against float64 and the CPU."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from flashgnn import ops
+from flashgnn.formats import CVSE
+from tests.cuda.kernel_cases import CASES
+from tests.helpers import GPU, graph_params, load_dlmc, rel_err
+from tests.ops.gpu_op_checks import (
+    BOUND,
+    EMULATION_BOUND,
+    PRECISIONS,
+    bound,
+    csr_rows,
+    dense,
+    matrix,
+    run_twice_poisoned,
+    seed_of,
+)
+
+pytestmark = GPU
+
+DEVICE = "cuda"
+VECTORS = (2, 4, 8)
+SIZES = (1, 7, 32, 64, 100, 128, 256)  # both tile counts, every fp32 lane width, tails
+DLMC_EXPANDED = (0, 100, 200, 300)
+
+
+def dlmc_expanded(i: int, vector: int) -> sp.csr_matrix:
+    """DLMC matrix ``i`` [r, c] as Chen et al. use it: each nonzero (i, j) becomes the vector
+    of rows V i .. V i + V - 1 in column j, [V r, c], random nonzero values."""
+    ((_, pattern),) = load_dlmc([i])
+    coo = pattern.tocoo()
+    rows = (vector * coo.row[:, None] + np.arange(vector)).ravel()
+    cols = np.repeat(coo.col, vector)
+    rng = np.random.default_rng(seed_of("dlmc", i, vector))
+    values = rng.uniform(0.5, 1.5, rows.size) * rng.choice([-1.0, 1.0], rows.size)
+    m = sp.csr_matrix(
+        (values.astype(np.float32), (rows, cols)),
+        shape=(vector * pattern.shape[0], pattern.shape[1]),
+    )
+    m.sort_indices()
+    return m
+
+
+@functools.cache
+def sparse(name: str, vector: int) -> sp.csr_matrix:
+    if name.startswith("dlmcv:"):
+        return dlmc_expanded(int(name.partition(":")[2]), vector)
+    return matrix(name)
+
+
+@functools.cache
+def cvse(name: str, vector: int, device: str) -> CVSE:
+    m = sparse(name, vector)
+    return CVSE.from_csr(
+        m.indptr,
+        m.indices,
+        torch.from_numpy(m.data),
+        n_cols=m.shape[1],
+        vector=vector,
+        device=device,
+    )
+
+
+def check_spmm(name, vector, precision, n, x_dtype=torch.float32, out_fp32=False, bound_=None):
+    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
+    m = sparse(name, vector)
+    x = dense(m.shape[1], n, name).to(x_dtype)
+    ref = m.astype(np.float64) @ x.double().numpy()
+    emulated = ops.spmm(cpu, x, precision, out_fp32=True)
+    out_dtype = torch.float32 if out_fp32 else x_dtype
+    x_dev = x.to(DEVICE)
+    for y in run_twice_poisoned(lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), DEVICE):
+        assert (
+            y.device.type == torch.device(DEVICE).type
+            and y.dtype == out_dtype
+            and y.shape == (m.shape[0], n)
+        )
+        assert not torch.isnan(y).any(), "an output element was not written"
+        assert rel_err(y, ref) <= (bound_ or bound(precision, out_dtype))
+        if out_dtype == torch.float32:
+            assert rel_err(y, emulated) <= EMULATION_BOUND
+
+
+def check_sddmm(name, vector, precision, k, bound_=None):
+    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
+    m = sparse(name, vector)
+    x, y = dense(m.shape[0], k, name, "x"), dense(m.shape[1], k, name, "y")
+    exact = (x.double().numpy()[csr_rows(m)] * y.double().numpy()[m.indices]).sum(1)
+    emulated = ops.sddmm(cpu, x, y, precision)
+    pad = torch.ones(fmt.n_slots, dtype=torch.bool)
+    pad[cpu.perm] = False
+    x_dev, y_dev = x.to(DEVICE), y.to(DEVICE)
+    for out in run_twice_poisoned(lambda: ops.sddmm(fmt, x_dev, y_dev, precision), DEVICE):
+        assert out.dtype == torch.float32 and out.shape == (fmt.n_slots,)
+        out = out.cpu()
+        assert not torch.isnan(out).any(), "a slot was not written"
+        assert not out[pad].any(), "a padding slot is not exactly 0"
+        assert rel_err(out[cpu.perm], exact) <= (bound_ or BOUND[precision])
+        assert rel_err(out, emulated) <= EMULATION_BOUND
+
+
+# ---------------------------------------------------------------------------- random shapes
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_spmm_random_matrices(name, vector, precision, n):
+    check_spmm(name, vector, precision, n)
+
+
+@pytest.mark.parametrize("k", SIZES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_sddmm_random_matrices(name, vector, precision, k):
+    check_sddmm(name, vector, precision, k)
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32", "fp32"])
+@pytest.mark.parametrize("vector", VECTORS)
+def test_spmm_output_dtypes(vector, precision, x_dtype):
+    """16-bit x: the output in x's dtype (the bound of its rounding) or float32."""
+    for n in (7, 128):
+        check_spmm("square_61x61", vector, precision, n, x_dtype)
+        check_spmm("square_61x61", vector, precision, n, x_dtype, out_fp32=True)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+def test_misaligned_operands(vector, precision):
+    """x, y and values starting off a 16-byte boundary take the checked loads."""
+    name = "hub_1003x20011"
+    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
+    m = sparse(name, vector)
+    n = 128
+    x = torch.randn(m.shape[1] * n + 1, device=DEVICE)[1:].view(m.shape[1], n)
+    values = torch.randn(fmt.n_slots + 1, device=DEVICE)[1:]
+    y = ops.spmm(fmt, x, precision, values=values)
+    expected = ops.spmm(cpu, x.cpu(), precision, values=values.cpu())
+    assert rel_err(y, expected) <= EMULATION_BOUND
+    u = torch.randn(m.shape[0] * 40 + 1, device=DEVICE)[1:].view(m.shape[0], 40)
+    w = torch.randn(m.shape[1] * 40 + 1, device=DEVICE)[1:].view(m.shape[1], 40)
+    out = ops.sddmm(fmt, u, w, precision)
+    assert rel_err(out, ops.sddmm(cpu, u.cpu(), w.cpu(), precision)) <= EMULATION_BOUND
+
+
+@pytest.mark.parametrize("vector", VECTORS)
+def test_padding_values_are_ignored(vector):
+    fmt = cvse("hub_1003x20011", vector, DEVICE)
+    x = dense(fmt.n_cols, 64, "pad").to(DEVICE)
+    junk = fmt.values.clone()
+    pad = torch.ones(fmt.n_slots, dtype=torch.bool, device=DEVICE)
+    pad[fmt.perm] = False
+    junk[pad] = float("nan")
+    for precision in PRECISIONS:
+        assert torch.equal(ops.spmm(fmt, x, precision, values=junk), ops.spmm(fmt, x, precision)), (
+            precision
+        )
+
+
+# ---------------------------------------------------------------------------- gradients
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("name", ["hub_1003x20011", "square_61x61", "tall_100x7"])
+def test_spmm_gradients(name, vector, precision):
+    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
+    m = sparse(name, vector)
+    x = dense(m.shape[1], 40, name, "grad x")
+    grad = dense(m.shape[0], 40, name, "grad")
+    grads = []
+    for f, device in ((fmt, DEVICE), (cpu, "cpu")):
+        values = f.values.clone().requires_grad_()
+        xd = x.to(device, copy=True).requires_grad_()
+        ops.spmm(f, xd, precision, values=values).backward(grad.to(device))
+        grads.append((values.grad.cpu(), xd.grad.cpu()))
+    (dv, dx), (dv_cpu, dx_cpu) = grads
+    exact_dx = m.T.astype(np.float64) @ grad.double().numpy()
+    exact_dv = (grad.double().numpy()[csr_rows(m)] * x.double().numpy()[m.indices]).sum(1)
+    assert rel_err(dx, exact_dx) <= BOUND[precision]
+    assert rel_err(dv[cpu.perm], exact_dv) <= BOUND[precision]
+    assert rel_err(dx, dx_cpu) <= EMULATION_BOUND
+    assert rel_err(dv, dv_cpu) <= EMULATION_BOUND
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("name", ["hub_1003x20011", "square_61x61"])
+def test_sddmm_gradients(name, vector, precision):
+    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
+    m = sparse(name, vector)
+    x, y = dense(m.shape[0], 24, name, "gx"), dense(m.shape[1], 24, name, "gy")
+    g = torch.from_numpy(np.random.default_rng(seed_of(name, vector)).standard_normal(m.nnz))
+    grads = []
+    for f, device in ((fmt, DEVICE), (cpu, "cpu")):
+        xd, yd = x.to(device, copy=True).requires_grad_(), y.to(device, copy=True).requires_grad_()
+        out = ops.sddmm(f, xd, yd, precision)
+        out.backward(f.values_from_csr(g.float().to(device)))
+        grads.append((xd.grad.cpu(), yd.grad.cpu()))
+    (dx, dy), (dx_cpu, dy_cpu) = grads
+    gm = sp.csr_matrix((g.numpy(), m.indices, m.indptr), shape=m.shape)
+    assert rel_err(dx, gm @ y.double().numpy()) <= BOUND[precision]
+    assert rel_err(dy, gm.T @ x.double().numpy()) <= BOUND[precision]
+    assert rel_err(dx, dx_cpu) <= EMULATION_BOUND
+    assert rel_err(dy, dy_cpu) <= EMULATION_BOUND
+
+
+# ---------------------------------------------------------------------------- real matrices
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("name", graph_params())
+def test_shared_graphs_fp16(name, vector):
+    check_spmm(f"graph:{name}", vector, "fp16", 32)
+    check_sddmm(f"graph:{name}", vector, "fp16", 32)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("vector", VECTORS)
+@pytest.mark.parametrize("i", DLMC_EXPANDED)
+def test_dlmc_expanded_to_vectors(i, vector, precision):
+    for n in (64, 256):
+        check_spmm(f"dlmcv:{i}", vector, precision, n)
+    check_sddmm(f"dlmcv:{i}", vector, precision, 64)
