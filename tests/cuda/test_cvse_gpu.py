@@ -74,6 +74,13 @@ def cvse(name: str, vector: int, device: str) -> CVSE:
     )
 
 
+def summation_bound(m) -> float:
+    """How far two fp32 sums of a row in different orders may drift apart: a warp adds a
+    strip's products in sequence, the reference in chunks, so the gap grows with the square
+    root of the longest row (20,000 nonzeros in the hub matrix)."""
+    return max(EMULATION_BOUND, 16 * 2.0**-24 * float(np.sqrt(np.diff(m.indptr).max(initial=1))))
+
+
 def check_spmm(name, vector, precision, n, x_dtype=torch.float32, out_fp32=False, bound_=None):
     fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
     m = sparse(name, vector)
@@ -91,7 +98,7 @@ def check_spmm(name, vector, precision, n, x_dtype=torch.float32, out_fp32=False
         assert not torch.isnan(y).any(), "an output element was not written"
         assert rel_err(y, ref) <= (bound_ or bound(precision, out_dtype))
         if out_dtype == torch.float32:
-            assert rel_err(y, emulated) <= EMULATION_BOUND
+            assert rel_err(y, emulated) <= summation_bound(m)
 
 
 def check_sddmm(name, vector, precision, k, bound_=None):
