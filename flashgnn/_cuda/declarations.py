@@ -374,3 +374,28 @@ DECLARED: dict[str, dict[str, KernelParams]] = {
         ),
     },
 }
+
+# kernels/sparse_linear.cu
+DECLARED["sparse_linear.cu"] = {
+    "transpose_tokens": KernelParams(
+        ("x", "const T*"),
+        ("xt", "u16*"),
+        ("n_tokens", "int"),
+        ("n_in", "int"),
+        ("tokens_pad", "int"),
+    ),
+    "sparse_linear_forward": KernelParams(
+        ("offs", "const int*"),
+        ("rows", "const int*"),
+        ("frags", "const uint2*"),
+        ("bias", "const float*"),
+        ("xt", "const u16*"),
+        ("y", "T*"),
+        ("n_chunks", "int"),
+        ("n_tokens", "int"),
+        ("tokens_pad", "int"),
+        ("n_in", "int"),
+        ("n_out", "int"),
+        ("vector", "int"),
+    ),
+}
