@@ -8,12 +8,12 @@ import numbers
 import torch
 from torch import nn
 
-from .. import prune
 from ..formats.cvse import CVSE, VECTORS
 from ..ops import spmm
 from ..ops.precision import check_precision
 from ..ops.sparse_linear import sparse_linear, uses_kernel, weight_format
 from ..precision_context import resolve_precision
+from ..prune import check_sparsity, magnitude
 
 FORMATS = ("cvse",)
 _PATTERN = ("row_ptr", "col_idx", "vec_mask")  # the buffers holding W's pattern
@@ -55,7 +55,7 @@ class SparseLinear(nn.Module):
     slots outside the pattern (the rows past out_features of a short last strip) stay 0. The
     pattern lives in the buffers row_ptr, col_idx and vec_mask, so a state_dict carries it.
     A new layer draws nn.Linear's initialisation and prunes it by magnitude at ``sparsity``
-    (``flashgnn.prune.magnitude``). ``precision``: that of the sparse product (None: the
+    (``flashgnn.magnitude``). ``precision``: that of the sparse product (None: the
     ``flashgnn.precision`` context). x [..., in_features] of any float dtype -> [...,
     out_features] in x's dtype. On CUDA in fp16/bf16 with many tokens the forward runs
     ``flashgnn.ops.sparse_linear``'s kernel, else ``flashgnn.ops.spmm`` on the CVSE
@@ -81,8 +81,8 @@ class SparseLinear(nn.Module):
         self.format = _check_format(format)
         self.precision = None if precision is None else check_precision(precision)
         dense = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.sparsity = prune.check_sparsity(sparsity)
-        self._set_weight(dense.weight.detach(), prune.magnitude(dense.weight, sparsity, vector))
+        self.sparsity = check_sparsity(sparsity)
+        self._set_weight(dense.weight.detach(), magnitude(dense.weight, sparsity, vector))
         self.bias = None if dense.bias is None else nn.Parameter(dense.bias.detach().clone())
 
     def _set_weight(self, weight: torch.Tensor, mask: torch.Tensor) -> None:
@@ -119,7 +119,7 @@ class SparseLinear(nn.Module):
             device=weight.device,
             dtype=weight.dtype,
         )
-        layer._set_weight(weight, prune.magnitude(weight, sparsity, vector))
+        layer._set_weight(weight, magnitude(weight, sparsity, vector))
         if linear.bias is not None:
             layer.bias = nn.Parameter(linear.bias.detach().clone())
         return layer
@@ -212,7 +212,7 @@ def sparsify(
     ``SparseLinear.from_dense`` of it, in place; returns ``model``."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"sparsify takes an nn.Module, got {type(model).__name__}")
-    prune.check_sparsity(sparsity)
+    check_sparsity(sparsity)
     _check_vector(vector)
     _check_format(format)
     for name, child in list(model.named_children()):
