@@ -1,8 +1,9 @@
 """flashgnn: graph neural networks on tensor cores (FlashSparse ME-BCRS kernels)."""
 
-from . import nn, ops
+from . import nn, ops, prune
 from .formats.mebcrs import MEBCRS
 from .graph import Graph
+from .nn.sparse_linear import sparsify
 from .precision_context import get_precision, precision
 from .sampling import NeighborSampler
 
@@ -14,6 +15,8 @@ __all__ = [
     "NeighborSampler",
     "nn",
     "ops",
+    "prune",
+    "sparsify",
     "precision",
     "get_precision",
     "__version__",

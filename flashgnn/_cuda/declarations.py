@@ -462,3 +462,28 @@ DECLARED["cvse.cu"] = {
     "cvse_spmm_fp32": _cvse_spmm("float", "float"),
     "cvse_sddmm_fp32": _cvse_sddmm("float"),
 }
+
+# kernels/sparse_linear.cu
+DECLARED["sparse_linear.cu"] = {
+    "transpose_tokens": KernelParams(
+        ("x", "const T*"),
+        ("xt", "u16*"),
+        ("n_tokens", "int"),
+        ("n_in", "int"),
+        ("tokens_pad", "int"),
+    ),
+    "sparse_linear_forward": KernelParams(
+        ("offs", "const int*"),
+        ("rows", "const int*"),
+        ("frags", "const uint2*"),
+        ("bias", "const float*"),
+        ("xt", "const u16*"),
+        ("y", "T*"),
+        ("n_chunks", "int"),
+        ("n_tokens", "int"),
+        ("tokens_pad", "int"),
+        ("n_in", "int"),
+        ("n_out", "int"),
+        ("vector", "int"),
+    ),
+}

@@ -1,9 +1,19 @@
-"""GNN layers on ME-BCRS ops, with DGL's constructor and ``forward(graph, feat)`` signatures."""
+"""GNN layers on ME-BCRS ops, with DGL's constructor and ``forward(graph, feat)`` signatures,
+and ``SparseLinear``, a linear layer whose weight is pruned to V x 1 vectors (CVSE)."""
 
 from ..ops.replay import set_replay
 from .agnn_conv import AGNNConv
 from .gat_conv import GATConv
 from .gcn_conv import GCNConv
 from .graph_input import ZeroInDegreeError
+from .sparse_linear import SparseLinear, sparsify
 
-__all__ = ["GCNConv", "AGNNConv", "GATConv", "ZeroInDegreeError", "set_replay"]
+__all__ = [
+    "GCNConv",
+    "AGNNConv",
+    "GATConv",
+    "SparseLinear",
+    "sparsify",
+    "ZeroInDegreeError",
+    "set_replay",
+]
