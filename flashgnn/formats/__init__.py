@@ -5,10 +5,12 @@ checked strictly. The products on them live in ``flashgnn.ops``, one module per 
 - ``MEBCRS``: FlashSparse's 8x1 column vectors in windows of 8 rows (docs/FORMAT.md).
 - ``Blocked16``: the 16x1 blocked baseline it improves on, kept for the ablation.
 - ``CVSE``: Chen et al.'s column-vector sparse encoding, V x 1 vectors (V = 2, 4, 8) in strips.
+- ``HBELL``: hybrid blocked ELL, 16 x 16 blocks stored dense or as ELL by how full they are.
 """
 
 from .blocked16 import Blocked16
 from .cvse import CVSE
+from .hbell import HBELL
 from .mebcrs import MEBCRS
 
-__all__ = ["MEBCRS", "Blocked16", "CVSE"]
+__all__ = ["MEBCRS", "Blocked16", "CVSE", "HBELL"]
