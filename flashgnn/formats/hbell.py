@@ -27,6 +27,7 @@ but for ``ell_ptr``, ``row_mask`` and ``perm``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -97,21 +98,35 @@ class HBELL:
 
     @classmethod
     def from_csr(
-        cls, indptr, indices, values=None, n_cols: int | None = None, *, device=None
+        cls,
+        indptr,
+        indices,
+        values=None,
+        n_cols: int | None = None,
+        *,
+        device=None,
+        dense_fill: float = DENSE_FILL,
     ) -> HBELL:
         """Build from a canonical CSR matrix (sorted, duplicate-free columns in each row).
 
         indptr: int32/int64 [n_rows + 1]; indices: int32/int64 [nnz]; values: [nnz] or None (all
         ones, float32); n_cols defaults to max(indices) + 1; ``device`` chooses where the result
-        lives (default: the device of ``indices``). One vectorised pass of torch, the same on the
-        CPU and the GPU. ValueError naming the first problem of the input.
+        lives (default: the device of ``indices``); ``dense_fill`` is the fill from which a block
+        is stored dense (the paper's DENSE_FILL; 0 stores every block dense, the pure blocked
+        layout HB-ELL is compared with). One vectorised pass of torch, the same on the CPU and
+        the GPU. ValueError naming the first problem of the input.
         """
+        if isinstance(dense_fill, bool) or not isinstance(dense_fill, int | float):
+            raise ValueError(f"dense_fill must be a number in [0, 1], got {dense_fill!r}")
+        if not 0 <= dense_fill <= 1:
+            raise ValueError(f"dense_fill must be in [0, 1], got {dense_fill}")
         indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
             indptr, indices, values, n_cols, device
         )
         check_device(device)
         indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
-        arrays = build_hbell_pattern(indptr_t, indices_t, n_cols)
+        min_nnz = max(math.ceil(dense_fill * BLOCK_SLOTS), 1)
+        arrays = build_hbell_pattern(indptr_t, indices_t, n_cols, min_nnz)
         values_t = values_t.to(device)
         n_values = int(arrays["brow_valptr"][-1])
         out = values_t.new_zeros(n_values).index_copy_(0, arrays["perm"], values_t)
@@ -206,10 +221,11 @@ def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
 
 
 def build_hbell_pattern(
-    indptr: torch.Tensor, indices: torch.Tensor, n_cols: int
+    indptr: torch.Tensor, indices: torch.Tensor, n_cols: int, dense_min_nnz: int = DENSE_MIN_NNZ
 ) -> dict[str, torch.Tensor]:
     """Every array of HB-ELL but ``values`` (module docstring), of a canonical CSR pattern
-    (indptr, indices int64 on one device): one stable sort by block, no loop."""
+    (indptr, indices int64 on one device), blocks of at least ``dense_min_nnz`` nonzeros
+    dense: one stable sort by block, no loop."""
     device = indices.device
     n_rows = indptr.numel() - 1
     n_brows = (n_rows + BLOCK - 1) // BLOCK
@@ -233,7 +249,7 @@ def build_hbell_pattern(
     c = indices[order] % BLOCK
 
     block_nnz = torch.bincount(block, minlength=n_blocks)
-    dense = block_nnz >= DENSE_MIN_NNZ
+    dense = block_nnz >= dense_min_nnz
     row_nnz = torch.bincount(block * BLOCK + r, minlength=n_blocks * BLOCK)  # per (block, r)
     width = row_nnz.view(n_blocks, BLOCK).amax(1)
     bcols = torch.where(dense, BLOCK, width)

@@ -219,6 +219,19 @@ def test_bad_input_is_a_clear_error(args, kwargs, message):
         HBELL.from_csr(*args, **kwargs)
 
 
+def test_dense_fill_zero_stores_every_block_dense(rng):
+    a = clustered_and_scattered(rng)
+    fmt = HBELL.from_csr(a.indptr, a.indices, a.data, n_cols=70, dense_fill=0)
+    assert bool(fmt.dense.all()) and fmt.offsets.numel() == 0
+    assert fmt.n_slots == 256 * fmt.n_blocks
+    assert np.array_equal(fmt.to_csr()[2].numpy(), a.data)
+    only_full = HBELL.from_csr(a.indptr, a.indices, a.data, n_cols=70, dense_fill=1.0)
+    assert only_full.n_dense_blocks == 1
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="dense_fill must be"):
+            HBELL.from_csr(a.indptr, a.indices, dense_fill=bad)
+
+
 def test_blocked_ell_bad_block():
     with pytest.raises(ValueError, match="block must be a positive integer"):
         blocked_ell_storage(np.array([0, 1]), np.array([0]), block=0)
