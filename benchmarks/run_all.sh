@@ -4,7 +4,8 @@
 # regenerates BENCHMARKS.md from the results folder. About 10 minutes on one H100.
 #
 #   benchmarks/run_all.sh                  # all of them
-#   benchmarks/run_all.sh kernels layers   # some: kernels, layers, training, e2e, ablation
+#   benchmarks/run_all.sh kernels layers   # some: kernels, layers, training, e2e, ablation;
+#   benchmarks/run_all.sh seeds            # seeds (the seed papers' formats) runs only when named
 #   benchmarks/run_all.sh --compare ...    # keep each replaced result as <benchmark>.before.csv:
 #                                          # BENCHMARKS.md then shows the two runs side by side
 #
@@ -42,7 +43,8 @@ for benchmark in ${*:-kernels layers training e2e ablation}; do
         e2e) bench e2e --graphs cora,deezer_europe,musae_facebook,musae_github \
                  --models gcn2,agnn,gat --precisions fp32,fp16 --cuda-graph ;;
         ablation) bench ablation --check ;;
-        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation)" >&2
+        seeds) bench seeds ;;
+        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation seeds)" >&2
            exit 2 ;;
     esac
 done

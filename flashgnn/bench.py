@@ -30,6 +30,14 @@ BENCHMARKS = {
         "training epochs of GCN, AGNN and GAT on real and generated graphs against PyG and "
         "torch.sparse",
     ),
+    "seeds": (
+        "flashgnn.benchmarking.seeds",
+        "the seed papers' formats against cuBLAS and cuSPARSE on DLMC weights, graphs, patterns",
+    ),
+    "sparse-linear": (
+        "flashgnn.benchmarking.sparse_linear",
+        "SparseLinear forward and backward against cuBLAS dense on pruned weights",
+    ),
     "report": (
         "flashgnn.benchmarking.report",
         "Markdown tables and PNG plots from the benchmarks' CSV files",

@@ -15,6 +15,9 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from flashgnn.data.dlmc import DLMC_FILE
+from flashgnn.data.dlmc import load_dlmc as read_dlmc
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
@@ -127,31 +130,21 @@ def load_npz_graph(name: str) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(n, n))
 
 
-DLMC_FILE = "dlmc_rn50_magnitude_pruning.npz"
-
-
 def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
-    """(name, pattern as a scipy CSR of float32 ones) of the DLMC matrices at ``indices``."""
+    """(name, pattern as a scipy CSR of float32 ones) of the DLMC matrices at ``indices``
+    (``flashgnn.data.dlmc``); skipped where the collection is absent."""
     root = data_dir()
     if root is None or not (root / DLMC_FILE).is_file():
         pytest.skip(f"{DLMC_FILE}: {NO_DATA}")
-    out = []
-    with np.load(root / DLMC_FILE) as d:
-        names, shapes = d["names"], d["shapes"]
-        indptr_all, indices_all = d["indptr_all"], d["indices_all"]
-        indptr_off, indices_off = d["indptr_off"], d["indices_off"]
-        for i in indices:
-            n_rows, n_cols, nnz = (int(s) for s in shapes[i])
-            indptr = indptr_all[indptr_off[i] : indptr_off[i + 1]].astype(np.int32)
-            cols = indices_all[indices_off[i] : indices_off[i + 1]].astype(np.int32)
-            assert len(indptr) == n_rows + 1 and len(cols) == nnz
-            out.append(
-                (
-                    str(names[i]),
-                    sp.csr_matrix((np.ones(nnz, np.float32), cols, indptr), shape=(n_rows, n_cols)),
-                )
-            )
-    return out
+    return [
+        (
+            m.name,
+            sp.csr_matrix(
+                (np.ones(m.nnz, np.float32), m.indices, m.indptr), shape=(m.n_rows, m.n_cols)
+            ),
+        )
+        for m in read_dlmc(root, indices)
+    ]
 
 
 def host_syncs(fn) -> int:

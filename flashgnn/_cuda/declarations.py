@@ -487,3 +487,33 @@ DECLARED["sparse_linear.cu"] = {
         ("vector", "int"),
     ),
 }
+
+# kernels/hbell.cu: HB-ELL's dense blocks (flashgnn/_cuda/hbell.py)
+DECLARED["hbell.cu"] = {
+    "spmm_dense": KernelParams(
+        ("dense_ptr", "const i64*"),
+        ("dense_col", "const int*"),
+        ("dense_val", "const i64*"),
+        ("values", "const float*"),
+        ("base", "const float*"),
+        ("n_brows", "i64"),
+        ("n_rows", "int"),
+        ("n_cols", "int"),
+        ("n", "int"),
+        ("aligned", "int"),
+        ("x", "const T*"),
+        ("out", "T*"),
+    ),
+    "spmm_dense_fp32": KernelParams(
+        ("dense_ptr", "const i64*"),
+        ("dense_col", "const int*"),
+        ("dense_val", "const i64*"),
+        ("values", "const float*"),
+        ("base", "const float*"),
+        ("n_rows", "i64"),
+        ("n_cols", "int"),
+        ("n", "int"),
+        ("x", "const float*"),
+        ("out", "float*"),
+    ),
+}

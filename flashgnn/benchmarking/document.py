@@ -24,6 +24,7 @@ from .kernels import summary as kernel_summary
 from .layers import HEADERS as MODEL_HEADERS
 from .layers import ModelRow, step_ms
 from .results import RESULTS_DIR, before_path, find
+from .seeds import SeedRow, answers, backend_table
 from .table import Row, geomean
 
 REPORT_COMMAND = f"flashgnn bench report --results {RESULTS_DIR} --markdown BENCHMARKS.md"
@@ -149,6 +150,13 @@ per graph, `graph ms` replays the epoch from a CUDA graph.""",
 ME-BCRS's 8x1 vectors against a 16x1 blocked baseline (16-row windows, 16 x 8 blocks) on every
 graph, fp16: on how many graphs 8x1 is faster, and the 16x1 / 8x1 ratios of time, MMAs and
 bytes moved (geomeans over graphs; above 1x 8x1 is better).""",
+    ),
+    "seeds": (
+        "Seed backends: CVSE, TCA, GCOO, HB-ELL against cuBLAS and cuSPARSE",
+        """\
+The seed papers' formats on DLMC ResNet-50 weights (each nonzero a V x 1 vector), the real
+graphs and generated patterns, against cuBLAS dense and cuSPARSE CSR in the same storage type;
+the papers' claims checked on this GPU, then one line per backend (geomeans of kernel time).""",
     ),
 }
 SOURCE = {"format build": "kernels"}  # sections built from another benchmark's CSV
@@ -459,6 +467,16 @@ def ablation_table(path: Path) -> list[str]:
     return [table.markdown_table(*ablation_summary(table.read_csv(path, AblationRow)))]
 
 
+def seeds_table(path: Path) -> list[str]:
+    """The answers to the seed papers' claims, then ``seeds.backend_table`` of the run."""
+    rows = table.read_csv(path, SeedRow)
+    return [
+        *(f"- {line}" for line in answers(rows)),
+        "",
+        table.markdown_table(*backend_table(rows)),
+    ]
+
+
 CHANGE = {
     "kernels": kernels_change,
     "layers": model_change,
@@ -472,4 +490,5 @@ RENDER = {
     "training": model_table,
     "e2e": model_table,
     "ablation": ablation_table,
+    "seeds": seeds_table,
 }

@@ -22,8 +22,11 @@ sampled on A). The ME-BCRS format is built once per graph and block width k (k =
 tf32, 8 otherwise) by the GPU builder; its time is reported in rows of op "build", never
 inside an op's time. --check compares every timed result with float64 torch.sparse and
 flags errors above 1e-5 (fp32), 2e-3 (tf32, fp16), 1e-2 (bf16), and SDDMM padding slots
-that are not 0. A failing configuration is recorded in its row and the run goes on (after
-a sticky CUDA error, such as an illegal address, every later GPU row fails too).
+that are not 0. --formats adds the SpMM of other formats by name (format_specs.py: cvse4, tca,
+gcoo, hbell, ...) in rows of impl "<format> <precision>" (GCOO in fp32 only), each built once
+per graph (rows of op "build", impl the format's name); GB/s is not given for them. A
+failing configuration is recorded in its row and the run goes on (after a sticky CUDA error,
+such as an illegal address, every later GPU row fails too).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from . import table
 from .checks import ERROR_BOUND, relative_error, sddmm_check
 from .environment import environment
 from .errors import describe_error
+from .format_specs import SPECS, FormatSpec, parse_formats
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .options import QUICK_SCALE, add_run_arguments, comma_list
 from .table import Row
@@ -97,6 +101,12 @@ def add_arguments(p) -> None:
         help="cold: single calls, each on a cold L2 (default); back-to-back: many calls in a row "
         "replayed from a CUDA graph, time per call (format builds are always timed cold)",
     )
+    p.add_argument(
+        "--formats",
+        default="mebcrs",
+        help="comma list of formats whose SpMM is timed besides ME-BCRS, which always runs "
+        "(format_specs.py: mebcrs, cvse2, cvse4, cvse8, tca, gcoo, hbell, blocked); default mebcrs",
+    )
     p.add_argument("--csv", type=Path, help="write every row to this CSV file")
     p.add_argument("--markdown", type=Path, help="write the tables to this Markdown file")
     add_run_arguments(p)
@@ -123,9 +133,12 @@ class KernelBench:
         plan: dict[str, tuple[list[int], list[str]]],
         check: bool,
         seed: int,
+        others: list[FormatSpec] = (),
     ):
         self.device, self.timer, self.build_timer = device, timer, build_timer
         self.plan, self.check, self.seed = plan, check, seed
+        self.others = list(others)  # formats besides ME-BCRS, SpMM only
+        self.other_formats: dict = {}  # the current graph's, by name
         self.rows: list[Row] = []
         self.graphs: list[dict] = []
 
@@ -152,6 +165,10 @@ class KernelBench:
                 reverse=True,
             )
             formats = {k: self._build(g, indptr, indices, values, k) for k in ks}
+            self.other_formats = {
+                spec.name: self._build_other(g, spec, indptr, indices, values)
+                for spec in self.others
+            }
             del indptr, indices
             info = {"graph": g.name, "nodes": g.num_nodes, "nnz": g.nnz}
             built = next((f for f in formats.values() if f is not None), None)
@@ -163,6 +180,7 @@ class KernelBench:
                 for size in sizes:
                     getattr(self, f"_{op}")(g, csr, csr64, formats, size, precisions, gen)
         del csr, csr64, formats
+        self.other_formats = {}
         if dev.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -175,6 +193,19 @@ class KernelBench:
             lambda: MEBCRS.from_csr(
                 indptr, indices, values, n_cols=g.num_nodes, k=k, device=self.device
             ),
+            flops=0,
+            nbytes=0,
+            warmup=1,
+            iters=3,
+            timer=self.build_timer,
+        )
+
+    def _build_other(self, g: BenchGraph, spec: FormatSpec, indptr, indices, values):
+        """The format ``spec`` names (None when the build fails), timed as ``_build``."""
+        row = Row(g.name, g.nnz, "build", spec.name)
+        return self._measure(
+            row,
+            lambda: spec.build(indptr, indices, values, g.num_nodes, self.device, "fp16"),
             flops=0,
             nbytes=0,
             warmup=1,
@@ -219,6 +250,23 @@ class KernelBench:
                 bound=ERROR_BOUND[precision],
                 baseline=base,
             )
+        for spec in self.others:
+            fmt = self.other_formats.get(spec.name)
+            for precision in dict.fromkeys(spec.spmm_precision(p) for p in precisions):
+                row = Row(g.name, g.nnz, "spmm", f"{spec.name} {precision}", n)
+                if fmt is None:
+                    self.skip(row, "the format build failed")
+                    continue
+                xs = x.to(STORAGE[precision])
+                self._measure(
+                    row,
+                    lambda fmt=fmt, xs=xs, precision=precision: spmm(fmt, xs, precision),
+                    flops,
+                    0,
+                    check=check,
+                    bound=ERROR_BOUND[precision],
+                    baseline=base,
+                )
 
     def _sddmm(self, g, csr, csr64, formats, k_dim: int, precisions, gen) -> None:
         x = torch.randn(g.num_nodes, k_dim, generator=gen, device=self.device)
@@ -327,6 +375,13 @@ class KernelBench:
         print("  ".join(c + units.get(name, "") for name, c in zip(cols, text) if c), flush=True)
 
 
+def ours(impl: str) -> bool:
+    """Whether a row's impl is one of our kernels: a precision (ME-BCRS) or "<format>
+    <precision>" (--formats)."""
+    name, _, precision = impl.rpartition(" ")
+    return precision in PRECISIONS and (not name or name in SPECS)
+
+
 def _csr_bytes(g: BenchGraph) -> int:
     return 4 * (g.num_nodes + 1) + 4 * g.nnz
 
@@ -343,9 +398,7 @@ def summary(
     graphs, speedup and effective GB/s on each generated graph, and how many rows failed."""
     mean = {(r.op, r.impl, r.size): r for r in table.geomean_rows(rows, real, "geomean")}
     by_graph = {(r.graph, r.op, r.impl, r.size): r for r in rows}
-    keys = list(
-        dict.fromkeys((r.op, r.impl, r.size) for r in rows if r.op in OPS and r.impl in PRECISIONS)
-    )
+    keys = list(dict.fromkeys((r.op, r.impl, r.size) for r in rows if r.op in OPS and ours(r.impl)))
     header = ["op", "precision", "N/K", f"geomean x (real, {len(real)})"] + list(generated)
     header.append("failed")
     body = []
@@ -423,7 +476,8 @@ def run(args) -> int:
     iters = args.iters if args.iters is not None else (10 if args.quick else 30)
     cold = kernel_timer("cold", device, warmup, iters)
     timer = cold if args.timer == "cold" else kernel_timer(args.timer, device, warmup, iters)
-    bench = KernelBench(device, timer, cold, plan, args.check, args.seed)
+    others = [spec for spec in parse_formats(args.formats) if spec.name != "mebcrs"]
+    bench = KernelBench(device, timer, cold, plan, args.check, args.seed, others)
     scale = QUICK_SCALE if args.quick else 1
     real, generated = set(), []
     for name in names:

@@ -7,12 +7,14 @@ checked strictly. The products on them live in ``flashgnn.ops``, one module per 
 - ``CVSE``: Chen et al.'s column-vector sparse encoding, V x 1 vectors (V = 2, 4, 8) in strips.
 - ``TCACSR``: plain CSR with TCA-SpMM's per-warp schedule (tensor cores by the trace construction).
 - ``GCOO``: GCOOSpDM's grouped COO, strips of p rows sorted by column (the fp32 CUDA-core SpMM).
+- ``HBELL``: hybrid blocked ELL, 16 x 16 blocks stored dense or as ELL by how full they are.
 """
 
 from .blocked16 import Blocked16
 from .cvse import CVSE
 from .gcoo import GCOO
+from .hbell import HBELL
 from .mebcrs import MEBCRS
 from .tca import TCACSR
 
-__all__ = ["MEBCRS", "Blocked16", "CVSE", "TCACSR", "GCOO"]
+__all__ = ["MEBCRS", "Blocked16", "CVSE", "TCACSR", "GCOO", "HBELL"]

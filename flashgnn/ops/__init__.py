@@ -6,7 +6,7 @@ implementations with ``ops/dispatch.py``; importing the package registers them a
 
 # importing a format's op module registers it with the dispatch; build registers the CUDA
 # builder with flashgnn.formats.device_builders
-from . import blocked16, build, cvse, gcoo, tca  # noqa: F401
+from . import blocked16, build, cvse, gcoo, hbell, tca  # noqa: F401
 from .agnn import agnn_propagate
 from .dispatch import sddmm, spmm
 from .edge_softmax import edge_softmax
