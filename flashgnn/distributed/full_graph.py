@@ -77,13 +77,16 @@ class FullGraphPartition:
         device,
         k: int | None = 8,
         seed: int = 0,
+        x_dtype: torch.dtype | None = None,
     ) -> FullGraphPartition:
         """Collective. Partition ``dataset`` (a ``flashgnn.data.Dataset`` every rank holds
         whole) into one part per rank of ``group`` with ``partition_nodes(method, seed)``
         (METIS runs on rank 0 and its parts are broadcast), renumber, and keep this rank's
         rows (``from_local_rows``). ``self_loops``: add a self-loop to every node without one,
         as single-process training does; ``k``: the block width whose formats are built now
-        (None: built on first use)."""
+        (None: built on first use); ``x_dtype``: the features' dtype on the device (None: the
+        dataset's). Pass ``x`` itself to the wrapped model: the first layers' halo rows of it
+        are exchanged once."""
         world, rank = group_size(group), group_rank(group)
         device = torch.device(device)
         check_device(device, group)
@@ -116,6 +119,7 @@ class FullGraphPartition:
             k=k,
             new_of_old=new_of_old,
             old_of_new=old_of_new,
+            x_dtype=x_dtype,
         )
 
     @classmethod
@@ -135,6 +139,7 @@ class FullGraphPartition:
         k: int | None = 8,
         new_of_old: Tensor | None = None,
         old_of_new: Tensor | None = None,
+        x_dtype: torch.dtype | None = None,
     ) -> FullGraphPartition:
         """Collective. This rank's partition from its rows alone.
 
@@ -145,7 +150,7 @@ class FullGraphPartition:
         lists the renumbered sources of the in-edges of node lo + i, in any order, no
         duplicates); edge_weight: float [E] in that order, or None.
         x [hi - lo, F], y [hi - lo] or [hi - lo, C], masks: (train, val, test) bool [hi - lo].
-        ``self_loops``, ``k``: as in ``build``. ``new_of_old`` / ``old_of_new``: the
+        ``self_loops``, ``k``, ``x_dtype``: as in ``build``. ``new_of_old`` / ``old_of_new``: the
         renumbering, when there is one, kept for ``gather``.
 
         Collectives: one all-to-all of counts and one of ids (the halo's exchange lists), two
@@ -184,7 +189,7 @@ class FullGraphPartition:
         return cls(
             graph,
             plan,
-            x.to(device),
+            x.to(device=device, dtype=x_dtype),
             y.to(device),
             [m.to(device) for m in masks],
             part_ptr,
