@@ -347,3 +347,134 @@ def test_exchange_backward_equals_a_gather(group, dtype):
     assert grads.dtype == torch.float64 and results[0][3].dtype == dtype
     tol = 1e-12 if dtype == torch.float64 else 1e-2
     assert max_rel(grads, x.grad) <= tol
+
+
+def errors_task(rank, world):
+    """The message of each bad call (each fails before any collective, on every rank)."""
+    dataset = directed()
+    part = FullGraphPartition.build(dataset, device="cpu", k=None)
+    n, own = dataset.num_nodes, part.num_own
+    lo = int(part.part_ptr[rank])
+    indptr = part.graph.indptr  # rows with local ids: fine for the shape checks
+    good = dict(
+        indptr=torch.zeros(own + 1, dtype=torch.int64),
+        indices=torch.zeros(0, dtype=torch.int64),
+        x=torch.zeros(own, 3),
+        y=torch.zeros(own, dtype=torch.int64),
+        masks=[torch.zeros(own, dtype=torch.bool)] * 3,
+        part_ptr=part.part_ptr,
+    )
+
+    def message(**changes):
+        kw = {**good, **changes}
+        device = kw.pop("device", "cpu")
+        try:
+            FullGraphPartition.from_local_rows(**kw, device=device)
+        except (ValueError, TypeError) as e:
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+
+    out = {
+        "part_ptr": message(part_ptr=torch.tensor([0, n])),
+        "part_ptr_order": message(part_ptr=torch.tensor([0, n, 1, n][: world + 1])),
+        "rows": message(indptr=indptr[:-1] if own > 1 else torch.zeros(5, dtype=torch.int64)),
+        "indices": message(indptr=torch.tensor([0] * own + [1]), indices=torch.tensor([n + lo])),
+        "index_dtype": message(indices=torch.zeros(0, dtype=torch.int32)),
+        "x": message(x=torch.zeros(own + 1, 3)),
+        "masks": message(masks=good["masks"][:2]),
+        "mask_dtype": message(masks=[torch.zeros(own)] * 3),
+        "device": message(device="cuda"),
+    }
+    try:
+        part.wrap(torch.nn.Linear(3, 3))
+    except TypeError as e:
+        out["wrap"] = str(e)
+    model = part.wrap(make_model("gcn", dataset))
+    for key, args in {
+        "graph": (dataset.graph, part.x),
+        "x_own": (part.graph, part.x[:-1]),
+    }.items():
+        try:
+            model(*args)
+        except ValueError as e:
+            out[key] = str(e)
+    for key, value in {"count_float": torch.tensor([1.5]), "count_str": "3"}.items():
+        try:
+            global_count(value)
+        except (ValueError, TypeError) as e:
+            out[key] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def test_bad_input_is_refused_early(group):
+    for out in group.run(errors_task):
+        assert out["part_ptr"].startswith("ValueError: part_ptr must be int64 [world + 1")
+        assert "non-decreasing" in out["part_ptr_order"]
+        assert "one row per own node" in out["rows"]
+        assert "node ids in [0, 90)" in out["indices"]
+        assert out["index_dtype"].startswith("TypeError: indptr and indices must be int64")
+        assert "x must be a tensor [num_own" in out["x"]
+        assert "masks must be (train, val, test)" in out["masks"]
+        assert "the train mask must be bool" in out["mask_dtype"]
+        assert "gloo, which exchanges CPU tensors" in out["device"]
+        assert "runs GCN, AGNN and GAT" in out["wrap"]
+        assert "pass partition.graph" in out["graph"]
+        assert "x_own must be the own nodes' features" in out["x_own"]
+        assert out["count_float"].startswith("ValueError: n must be an integer tensor")
+        assert out["count_str"].startswith("TypeError: n must be an int")
+
+
+def gradients_task(rank, world):
+    """all_reduce_gradients over parameters of two dtypes, one with a gradient on rank 0 only
+    and one without any; global_count of the ranks' ids."""
+    model = torch.nn.Module()
+    model.a = torch.nn.Parameter(torch.zeros(2, 3))
+    model.b = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))
+    model.c = torch.nn.Parameter(torch.zeros(1))
+    model.d = torch.nn.Parameter(torch.zeros(2))
+    model.a.grad = torch.full((2, 3), float(rank + 1))
+    model.b.grad = torch.arange(4, dtype=torch.float64) * (rank + 1)
+    if rank == 0:
+        model.c.grad = torch.tensor([5.0])
+    all_reduce_gradients(model)
+    return model.a.grad, model.b.grad, model.c.grad, model.d.grad, global_count(rank + 1)
+
+
+def test_all_reduce_gradients_and_global_count(group):
+    world = group.world
+    total = world * (world + 1) // 2
+    for a, b, c, d, count in group.run(gradients_task):
+        assert torch.equal(a, torch.full((2, 3), float(total)))
+        assert torch.equal(b, torch.arange(4, dtype=torch.float64) * total)
+        assert torch.equal(c, torch.tensor([5.0]))
+        assert d is None
+        assert count == total
+
+
+def _fake_pymetis():
+    """A pymetis stand-in: part of node i = (7 i mod 11) mod nparts, not an id range."""
+    import types
+
+    class Options:
+        seed = None
+
+    def part_graph(nparts, xadj=None, adjncy=None, options=None):
+        return 0, [(7 * i % 11) % nparts for i in range(len(xadj) - 1)]
+
+    return types.SimpleNamespace(Options=Options, part_graph=part_graph)
+
+
+def metis_task(rank, world):
+    """Build with METIS where only rank 0 has pymetis: the others use its broadcast parts."""
+    import sys
+
+    sys.modules["pymetis"] = _fake_pymetis() if rank == 0 else None
+    try:
+        return train_step_task(rank, world, "directed", "gat", "metis", False, {})
+    finally:
+        del sys.modules["pymetis"]
+
+
+def test_metis_parts_come_from_rank_0(group):
+    result = group.run(metis_task)[0]
+    check_against_single_process(result, single_process("directed", "gat"), "directed", "gat")
