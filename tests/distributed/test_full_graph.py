@@ -26,6 +26,7 @@ from flashgnn.distributed import (
     renumbering,
 )
 from flashgnn.models import build_model
+from flashgnn.training.precision import precision_scope
 from tests.distributed.workers import WorkerGroup
 from tests.helpers import NO_DATA, data_dir
 
@@ -116,32 +117,37 @@ def make_model(name: str, dataset: Dataset, **kw):
 
 
 # ---------------------------------------------------------------------------- worker tasks
-def train_step_task(rank, world, data, model_name, method, overlap, model_kw):
-    """One forward and backward on the partition: (gathered logits, global loss, summed
-    gradients) on rank 0, None elsewhere."""
+def train_step_task(
+    rank, world, data, model_name, method, overlap, model_kw, device="cpu", precision="fp32"
+):
+    """One forward and backward on the partition in ``precision`` (on "cpu", or "cuda": rank
+    r on cuda:r): (gathered logits, global loss, summed gradients, the exchanges) on rank 0,
+    None elsewhere."""
     dataset = load(data)
+    device = torch.device("cuda", rank) if device == "cuda" else torch.device(device)
     part = FullGraphPartition.build(
-        dataset, method=method, device="cpu", k=8, x_dtype=torch.float32
+        dataset, method=method, device=device, k=8, x_dtype=torch.float32
     )
-    model = make_model(model_name, dataset, **model_kw)
+    model = make_model(model_name, dataset, **model_kw).to(device)
     if rank != 0:  # the wrap broadcasts rank 0's parameters
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
     wrapped = part.wrap(model, overlap=overlap)
-    logits = wrapped(part.graph, part.x)
-    train = part.masks[0]
-    n_train = global_count(train.sum())
-    loss = F.cross_entropy(logits[train], part.y[train], reduction="sum") / n_train
-    loss.backward()
+    with precision_scope(precision, device):
+        logits = wrapped(part.graph, part.x).float()
+        train = part.masks[0]
+        n_train = global_count(train.sum())
+        loss = F.cross_entropy(logits[train], part.y[train], reduction="sum") / n_train
+        loss.backward()
     all_reduce_gradients(model)
     total = loss.detach().clone()
     dist.all_reduce(total)
     full = part.gather(logits.detach())
     if rank != 0:
         return None
-    grads = {name: p.grad.numpy() for name, p in model.named_parameters()}
-    return full.numpy(), float(total), grads, wrapped.exchanges
+    grads = {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}
+    return full.cpu().numpy(), float(total), grads, wrapped.exchanges
 
 
 def halo_task(rank, world, data, method):
@@ -196,15 +202,22 @@ def group(request):
     workers.close()
 
 
-def single_process(data: str, model_name: str, dtype=torch.float32, **model_kw):
+def single_process(
+    data: str, model_name: str, dtype=torch.float32, device="cpu", precision="fp32", **model_kw
+):
     """(logits, loss, gradients by parameter name) of the single-process run in ``dtype``."""
     dataset = load(data)
-    model = make_model(model_name, dataset, **model_kw).to(dtype)
-    logits = model(dataset.graph.add_self_loops(), dataset.x.to(dtype))
-    loss = F.cross_entropy(logits[dataset.train_mask], dataset.y[dataset.train_mask])
-    loss.backward()
-    grads = {name: p.grad for name, p in model.named_parameters()}
-    return logits.detach(), loss.item(), grads
+    device = torch.device(device)
+    model = make_model(model_name, dataset, **model_kw).to(device=device, dtype=dtype)
+    graph = dataset.graph.add_self_loops().to(device)
+    train = dataset.train_mask.to(device)
+    with precision_scope(precision, device):
+        logits = model(graph, dataset.x.to(device=device, dtype=dtype))
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        loss = F.cross_entropy(logits[train], dataset.y.to(device)[train])
+        loss.backward()
+    grads = {name: p.grad.cpu() for name, p in model.named_parameters()}
+    return logits.detach().cpu(), loss.item(), grads
 
 
 def max_rel(a, ref) -> float:

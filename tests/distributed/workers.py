@@ -1,4 +1,5 @@
-"""A group of gloo worker processes that tests reuse: started once (spawned, on a free port),
+"""A group of worker processes that tests reuse (gloo on the CPU, or NCCL with one GPU per
+rank, rank r on cuda:r): started once (spawned, on a free port),
 they run one task after another, each task a module-level function called on every rank as
 ``fn(rank, world, *args)``; the results come back as a list by rank. A task that raises on
 any rank, or does not finish within the timeout, fails the test with the workers' tracebacks,
@@ -23,7 +24,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(rank: int, world: int, port: int, tasks, results, timeout: float) -> None:
+def _serve(rank: int, world: int, port: int, backend: str, tasks, results, timeout: float) -> None:
     import torch
     import torch.distributed as dist
 
@@ -31,8 +32,10 @@ def _serve(rank: int, world: int, port: int, tasks, results, timeout: float) -> 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
         dist.init_process_group(
-            "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
+            backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
         )
         results.put((rank, True, "ready"))
     except Exception:
@@ -51,10 +54,10 @@ def _serve(rank: int, world: int, port: int, tasks, results, timeout: float) -> 
 
 
 class WorkerGroup:
-    """``world`` gloo processes serving tasks (see the module doc). ``timeout``: seconds a
-    task (and each collective in it) may take."""
+    """``world`` processes serving tasks (see the module doc) on ``backend`` ("gloo" or
+    "nccl"). ``timeout``: seconds a task (and each collective in it) may take."""
 
-    def __init__(self, world: int, timeout: float = 60.0):
+    def __init__(self, world: int, timeout: float = 60.0, backend: str = "gloo"):
         ctx = mp.get_context("spawn")
         self.world, self.timeout = world, timeout
         self.results = ctx.Queue()
@@ -63,7 +66,7 @@ class WorkerGroup:
         self.procs = [
             ctx.Process(
                 target=_serve,
-                args=(rank, world, port, self.tasks[rank], self.results, timeout),
+                args=(rank, world, port, backend, self.tasks[rank], self.results, timeout),
                 daemon=True,
             )
             for rank in range(world)
