@@ -19,6 +19,7 @@ from torch import Tensor
 from ..graph import Graph
 from .group import check_device, first_rank, group_rank, group_size
 from .halo import HaloPlan
+from .model import FullGraphModel
 from .partition import partition_nodes, renumbering
 from .shard import add_row_self_loops, local_graph, rows_of_part
 
@@ -282,8 +283,6 @@ class FullGraphPartition:
         exchange of its input. The parameters and buffers are broadcast from the group's
         first rank, so that every replica starts equal. ``overlap``: GCN layers aggregate the
         own sources while the halo rows travel (``flashgnn.distributed.model``)."""
-        from .model import FullGraphModel
-
         return FullGraphModel(self, model, overlap=overlap)
 
 
