@@ -13,12 +13,19 @@ NORMS = ("both", "right", "left", "none")
 
 
 def gcn_norm_factor(
-    indptr: torch.Tensor, indices: torch.Tensor, n_src: int, norm: str, dtype: torch.dtype
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    n_src: int,
+    norm: str,
+    dtype: torch.dtype,
+    out_degree: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The degree normalisation of every CSR nonzero, [nnz] in ``dtype``: "both"
     1 / sqrt(d_in(row) d_out(col)), "right" 1 / d_in(row), "left" 1 / d_out(col), "none" 1, with
     the CSR's in-degrees of rows and out-degrees of its ``n_src`` columns, clamped to >= 1.
-    indptr int64 [n_rows + 1], indices int64 [nnz] on one device."""
+    indptr int64 [n_rows + 1], indices int64 [nnz] on one device. ``out_degree``: int64
+    [n_src], the columns' out-degrees when the CSR holds only some of their edges (a rank's
+    rows of a partitioned graph); None counts them in ``indices``."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating point torch.dtype, got {dtype!r}")
     nnz = indices.numel()
@@ -30,9 +37,14 @@ def gcn_norm_factor(
         row = torch.repeat_interleave(rows, in_degree, output_size=nnz)
         factors.append(in_degree.to(dtype).clamp_(min=1).pow_(power)[row])
     if norm in ("both", "left"):
-        # index_add, unlike bincount, needs no host synchronisation
-        out_degree = torch.zeros(n_src, dtype=torch.int64, device=indices.device)
-        out_degree.index_add_(0, indices, torch.ones_like(indices))
+        if out_degree is None:
+            # index_add, unlike bincount, needs no host synchronisation
+            out_degree = torch.zeros(n_src, dtype=torch.int64, device=indices.device)
+            out_degree.index_add_(0, indices, torch.ones_like(indices))
+        elif out_degree.shape != (n_src,):
+            raise ValueError(
+                f"out_degree must have shape ({n_src},), got {tuple(out_degree.shape)}"
+            )
         factors.append(out_degree.to(dtype).clamp_(min=1).pow_(power)[indices])
     if not factors:
         return torch.ones(nnz, dtype=dtype, device=indices.device)

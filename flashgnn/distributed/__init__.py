@@ -1,0 +1,26 @@
+"""Training across processes on torch.distributed (NCCL between GPUs, gloo on the CPU).
+
+Full-graph training: ``partition_nodes`` splits the nodes, ``FullGraphPartition`` keeps a
+rank's rows of the graph and its halo's exchange lists, ``FullGraphPartition.wrap`` runs a
+model on them with the halo exchange (``halo``) before each graph layer;
+``all_reduce_gradients`` and ``global_count`` combine the ranks' gradients and losses
+(``gradients`` says how)."""
+
+from .full_graph import FullGraphPartition
+from .gradients import all_reduce_gradients, global_count
+from .halo import HaloPlan, exchange, start_exchange
+from .model import FullGraphModel
+from .partition import METHODS, partition_nodes, renumbering
+
+__all__ = [
+    "FullGraphPartition",
+    "FullGraphModel",
+    "HaloPlan",
+    "METHODS",
+    "all_reduce_gradients",
+    "exchange",
+    "global_count",
+    "partition_nodes",
+    "renumbering",
+    "start_exchange",
+]

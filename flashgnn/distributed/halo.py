@@ -1,0 +1,204 @@
+"""The halo exchange: each rank receives the rows of the remote source nodes its rows of A
+read (its halo) from their owners, with ``torch.distributed.all_to_all_single``, and sends
+the gradients of those rows back in the backward pass.
+
+``HaloPlan`` holds who sends what to whom, computed once per graph. ``exchange`` returns
+[x_own; halo rows] as one differentiable op; ``start_exchange`` returns at once, so that
+work which needs only the own rows runs while the rows travel, and its ``wait()`` gives the
+halo rows. Both work with gloo (CPU tensors) and NCCL (CUDA tensors) in any dtype, and the
+rows travel in the dtype of the input.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .group import group_size
+
+
+class HaloPlan:
+    """The exchange lists of one rank.
+
+    send_index: int64 [S], the own rows (local ids, 0 .. num_own - 1) each peer needs, peer 0's
+    first, each peer's in the order that peer lists them in its halo; send_counts[p] and
+    recv_counts[p] (Python ints): the rows sent to and received from peer p. The halo rows
+    arrive grouped by owner, in increasing global id: the order of the local graph's sources
+    after the own nodes."""
+
+    def __init__(
+        self,
+        send_index: Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        num_own: int,
+        group=None,
+    ):
+        self.send_index = send_index
+        self.send_counts = list(send_counts)
+        self.recv_counts = list(recv_counts)
+        self.num_own = num_own
+        self.num_halo = sum(self.recv_counts)
+        self.group = group
+
+    @classmethod
+    def build(cls, halo_ids: Tensor, part_ptr: Tensor, rank: int, group=None) -> HaloPlan:
+        """Collective. ``halo_ids``: int64 [H], the global ids of the rank's remote sources,
+        sorted and unique, on the device the group communicates on; ``part_ptr``: int64
+        [world + 1], the parts' boundaries. One all-to-all of counts and one of ids."""
+        world = group_size(group)
+        device = halo_ids.device
+        ptr = part_ptr.to(device)
+        owners = torch.searchsorted(ptr, halo_ids, right=True) - 1
+        recv = torch.bincount(owners, minlength=world)
+        send = torch.empty_like(recv)
+        dist.all_to_all_single(send, recv, group=group)
+        recv_counts, send_counts = recv.tolist(), send.tolist()
+        requested = halo_ids.new_empty(sum(send_counts))
+        dist.all_to_all_single(requested, halo_ids, send_counts, recv_counts, group=group)
+        lo, hi = int(part_ptr[rank]), int(part_ptr[rank + 1])
+        send_index = requested - lo
+        if requested.numel() and (int(requested.min()) < lo or int(requested.max()) >= hi):
+            raise RuntimeError(
+                f"rank {rank}: a peer asked for rows outside its part [{lo}, {hi}); the ranks "
+                "disagree on the part boundaries"
+            )
+        return cls(send_index, send_counts, recv_counts, hi - lo, group)
+
+    def send(self, x_own: Tensor, async_op: bool = False):
+        """Send the rows of ``x_own`` [num_own, ...] that peers need; returns (halo rows
+        [num_halo, ...], the work handle or None, the send buffer to keep alive until done)."""
+        self._check_rows(x_own, self.num_own, "x_own")
+        buffer = x_own.index_select(0, self.send_index)
+        halo = x_own.new_empty((self.num_halo, *x_own.shape[1:]))
+        work = dist.all_to_all_single(
+            halo, buffer, self.recv_counts, self.send_counts, group=self.group, async_op=async_op
+        )
+        return halo, work, buffer
+
+    def send_back(self, halo: Tensor, async_op: bool = False):
+        """The reverse of ``send``: ``halo`` [num_halo, ...] goes to the owners of its rows;
+        returns (rows received [S, ...] matching ``send_index``, work handle or None, buffer)."""
+        self._check_rows(halo, self.num_halo, "halo")
+        halo = halo.contiguous()
+        received = halo.new_empty((self.send_index.numel(), *halo.shape[1:]))
+        work = dist.all_to_all_single(
+            received, halo, self.send_counts, self.recv_counts, group=self.group, async_op=async_op
+        )
+        return received, work, halo
+
+    def add_to_owners(self, own: Tensor, received: Tensor) -> Tensor:
+        """``own`` [num_own, ...] with the rows ``received`` from ``send_back`` added at
+        ``send_index`` (in place). One index_add per peer: a peer's rows are distinct, so no
+        row is added twice in one call and the sums come in peer order, the same every run."""
+        start = 0
+        for count in self.send_counts:
+            if count:
+                end = start + count
+                own.index_add_(0, self.send_index[start:end], received[start:end])
+                start = end
+        return own
+
+    def gather(self, x_own: Tensor) -> Tensor:
+        """[x_own; halo rows] without autograd (degree counts, ids)."""
+        halo, _, _ = self.send(x_own)
+        return torch.cat([x_own, halo])
+
+    def sum_to_owners(self, local: Tensor) -> Tensor:
+        """Without autograd: per own node, the sum over ranks of ``local`` [num_own + num_halo,
+        ...] (every rank's value for its copy of the node)."""
+        received, _, _ = self.send_back(local[self.num_own :])
+        return self.add_to_owners(local[: self.num_own].clone(), received)
+
+    @staticmethod
+    def _check_rows(t: Tensor, rows: int, name: str) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 1 or t.shape[0] != rows:
+            raise ValueError(f"{name} must have {rows} rows, got shape {tuple(t.shape)}")
+
+
+class PendingHalo:
+    """An exchange in flight (``start_exchange``); ``wait()`` returns the halo rows
+    [num_halo, ...], differentiable."""
+
+    def __init__(self, halo: Tensor, ticket: _Ticket):
+        self._halo, self._ticket = halo, ticket
+
+    def wait(self) -> Tensor:
+        if self._halo is None:
+            raise RuntimeError("wait() was called twice on one exchange")
+        halo, self._halo = self._halo, None
+        return _Wait.apply(halo, self._ticket)
+
+
+def start_exchange(x_own: Tensor, plan: HaloPlan) -> PendingHalo:
+    """Collective (every rank of the plan's group, in the same order). Start sending the rows
+    of ``x_own`` [num_own, F...] that peers need; the result's ``wait()`` gives this rank's halo
+    rows [num_halo, F...] in ``x_own``'s dtype. In the backward pass the halo gradients travel
+    back while autograd runs what it can meanwhile, and are added to ``x_own``'s gradient."""
+    ticket = _Ticket(plan)
+    return PendingHalo(_Launch.apply(x_own, ticket), ticket)
+
+
+def exchange(x_own: Tensor, plan: HaloPlan) -> Tensor:
+    """Collective. [x_own; halo rows], [num_own + num_halo, F...]: the source features of the
+    rank's local graph, differentiable (the halo gradients summed into their owners')."""
+    return torch.cat([x_own, start_exchange(x_own, plan).wait()])
+
+
+class _Ticket:
+    """What the two halves of one exchange share: the plan, the work in flight and the
+    buffers it reads or writes until it completes."""
+
+    def __init__(self, plan: HaloPlan):
+        self.plan = plan
+        self.work = None
+        self.buffer = None
+        self.received = None
+
+    def finish(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        self.work = self.buffer = None
+
+
+class _Launch(torch.autograd.Function):
+    """x_own -> halo rows (not yet arrived: ``_Wait`` waits). Backward: wait for the rows
+    ``_Wait``'s backward sent back and add them to the owners' gradient."""
+
+    @staticmethod
+    def forward(ctx, x_own: Tensor, ticket: _Ticket) -> Tensor:
+        halo, ticket.work, ticket.buffer = ticket.plan.send(x_own, async_op=True)
+        ctx.ticket = ticket
+        ctx.own_shape = x_own.shape
+        return halo
+
+    @staticmethod
+    def backward(ctx, grad_halo: Tensor):
+        ticket = ctx.ticket
+        ticket.finish()
+        received, ticket.received = ticket.received, None
+        grad = grad_halo.new_zeros(ctx.own_shape)
+        return ticket.plan.add_to_owners(grad, received), None
+
+
+class _Wait(torch.autograd.Function):
+    """Identity on the halo rows once they have arrived. Backward: start sending their
+    gradient back to the owners (``_Launch``'s backward waits for it), so that autograd runs
+    the rest of the backward pass meanwhile."""
+
+    @staticmethod
+    def forward(ctx, halo: Tensor, ticket: _Ticket) -> Tensor:
+        ticket.finish()
+        ctx.ticket = ticket
+        return halo.view_as(halo)
+
+    @staticmethod
+    def backward(ctx, grad_halo: Tensor):
+        ticket = ctx.ticket
+        ticket.received, ticket.work, ticket.buffer = ticket.plan.send_back(
+            grad_halo, async_op=True
+        )
+        return grad_halo, None

@@ -1,0 +1,64 @@
+"""Full-graph training on 2 GPUs over NCCL against the single-process run on one GPU: GCN (with
+and without overlap), AGNN and GAT, fp32 within 1e-5 and the tensor-core precisions within
+their tolerances (the two runs add in different orders): logits by max error, the gradients
+of all parameters together by norm (a cancelling scalar such as AGNN's beta has no
+meaningful relative error in half precision)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.distributed.test_full_graph import (
+    check_against_single_process,
+    max_rel,
+    need,
+    single_process,
+    train_step_task,
+)
+from tests.distributed.workers import WorkerGroup
+from tests.helpers import GPU, rel_err
+
+pytestmark = [
+    *GPU,
+    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs"),
+]
+
+TOLERANCES = {"fp16": 2e-3, "tf32": 2e-3, "bf16": 1e-2}
+
+
+@pytest.fixture(scope="module")
+def nccl_group():
+    workers = WorkerGroup(2, timeout=180, backend="nccl")
+    yield workers
+    workers.close()
+
+
+@pytest.mark.parametrize(
+    "model_name,overlap", [("gcn", False), ("gcn", True), ("agnn", False), ("gat", False)]
+)
+@pytest.mark.parametrize("data", ["directed", "cora"])
+def test_fp32_matches_single_process(nccl_group, data, model_name, overlap):
+    need(data)
+    result = nccl_group.run(train_step_task, data, model_name, "contiguous", overlap, {}, "cuda")[0]
+    reference = single_process(data, model_name, device="cuda")
+    check_against_single_process(result, reference, data, model_name)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+@pytest.mark.parametrize("model_name", ["gcn", "agnn", "gat"])
+def test_low_precision_matches_single_process(nccl_group, model_name, precision):
+    need("cora")
+    result = nccl_group.run(
+        train_step_task, "cora", model_name, "degree", model_name == "gcn", {}, "cuda", precision
+    )[0]
+    logits, loss, grads, _ = result
+    ref_logits, ref_loss, ref_grads = single_process(
+        "cora", model_name, device="cuda", precision=precision
+    )
+    tol = TOLERANCES[precision]
+    assert max_rel(logits, ref_logits) <= tol
+    assert abs(loss - ref_loss) <= tol * abs(ref_loss)
+    flat = torch.cat([torch.as_tensor(grads[name]).flatten() for name in ref_grads])
+    ref_flat = torch.cat([g.flatten() for g in ref_grads.values()])
+    assert rel_err(flat, ref_flat) <= tol
