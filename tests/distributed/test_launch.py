@@ -154,3 +154,24 @@ def test_flashgnn_train_reports_a_bad_devices_value(tmp_path):
     done = _flashgnn("train", "--config", str(config), "train.devices=0")
     assert done.returncode == 2 and "train.devices" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_torchrun_starts_the_ranks_and_rank_zero_reports(tmp_path):
+    config = tmp_path / "run.yaml"
+    cfg = small_minibatch_config(tmp_path / "run")
+    cfg["train"]["device"] = "cpu"
+    config.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+        + ["-m", "flashgnn", "train", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("-> ") == 1  # rank 0 alone reports
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["distributed"]["world"] == 2
