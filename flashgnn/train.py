@@ -2,7 +2,8 @@
 
 ``--resume RUN_DIR`` continues a run from its last checkpoint, with the config saved in
 that folder (overrides still apply, e.g. ``train.epochs=400`` to train longer). A new run
-refuses a folder that holds a run unless ``--overwrite`` is given.
+refuses a folder that holds a run unless ``--overwrite`` is given. ``train.devices=N`` trains
+on N processes; under ``torchrun --nproc-per-node=N -m flashgnn train ...`` rank 0 reports.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def run(args) -> int:
     if args.resume is not None and args.output is not None:
         raise ValueError("--output cannot move a resumed run; it continues in its own folder")
     summary = train(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
+    if summary is None:  # a torchrun rank other than 0, which writes and reports the run
+        return 0
     print(
         f"{summary['name']}: best epoch {summary['best_epoch']}/{summary['epochs_run']}, "
         f"{summary['metric']} val {summary['val']:.4f} test {summary['test']:.4f}, "

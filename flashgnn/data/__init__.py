@@ -12,7 +12,14 @@ import torch
 
 from .dataset import Dataset, default_root
 from .files import DataFileError
-from .names import AMAZON_PRODUCTS, BUILTIN, SYNTHETIC, builtin_name, family_name
+from .names import (
+    AMAZON_PRODUCTS,
+    BUILTIN,
+    GENERATED_IGB_NAMES,
+    SYNTHETIC,
+    builtin_name,
+    family_name,
+)
 
 
 def load_dataset(
@@ -27,6 +34,9 @@ def load_dataset(
       ``<root>/<size>/processed``; ``num_classes`` (19 or 2983), ``seed``, ``undirected``.
     - "amazon-products": GraphSAINT's four files in ``<root>/amazon-products``.
     - "synthetic": a generated graph, nothing read; see ``synthetic.load_synthetic``.
+    - "generated-igb-medium", "generated-igb-large": generated IGB-like power-law graphs
+      (``generators.IGBLike``: 10M nodes and about 121M edges, 100M and about 1.2B, 1024
+      float16 features), nothing read; ``num_nodes``, ``num_edges``, ``seed``, ...
     - any other name: ``<root>/<name>.npz`` in the shared datasets' format; ``split``
       (one of its ten splits, default 0), ``seed``.
 
@@ -55,6 +65,12 @@ def _load(name: str, root, **kw) -> Dataset:
     if not isinstance(name, str) or not name:
         raise TypeError(f"dataset name must be a non-empty string, got {name!r}")
     canonical = builtin_name(name) or family_name(name)
+    if canonical in GENERATED_IGB_NAMES:
+        if root is not None:
+            raise ValueError(f"{canonical} is generated, it takes no root")
+        from .local_rows import load_generated_igb
+
+        return load_generated_igb(canonical[len("generated-igb-") :], **kw)
     if canonical == SYNTHETIC:
         if root is not None:
             raise ValueError("the synthetic dataset is generated, it takes no root")

@@ -7,6 +7,8 @@ ogbn-products-like graph (2.4M nodes, ~60M nonzeros) and the Reddit-like one (23
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _MAX_ROUNDS = 64
@@ -109,3 +111,162 @@ def _power_law_ranks(rng: np.random.Generator, n: int, alpha: float, size: int) 
         a = 1.0 - alpha
         x = (1.0 + u * ((n + 1.0) ** a - 1.0)) ** (1.0 / a)
     return np.minimum(x.astype(np.int64) - 1, n - 1)
+
+
+BLOCK_NODES = 1 << 16
+"""Nodes per block of ``igb_like_rows``: each block's rows come from a generator seeded by
+(seed, block), so any range of rows is the same whoever generates it."""
+
+
+def _coprime_multiplier(n: int, seed: int) -> int:
+    """An odd multiplier near 0.618 n, coprime to ``n``: node id = (m * rank + offset) mod n
+    spreads the hubs (low popularity ranks) over the whole id range."""
+    m = int(n * 0.6180339887) | 1
+    m += seed % 1024 * 2
+    while math.gcd(m, n) != 1:
+        m += 2
+    return m % n or 1
+
+
+class IGBLike:
+    """A directed power-law graph at IGB scale, generated one block of destination rows at a
+    time with nothing global but a few numbers, so that a rank builds its own rows alone.
+
+    Node v has a popularity rank r (v = (m r + offset) mod n, a bijection), its class is
+    r mod ``num_classes``, its in-degree Poisson with mean proportional to (r + 1)^-alpha
+    (alpha = 1 / (exponent - 1)), capped at sqrt(num_edges), and every in-edge's source has
+    a popularity rank drawn with P(r) ~ (r + 1)^-alpha: within v's class with probability
+    ``homophily``, else among all nodes. Self-loops and repeated sources are dropped, so a
+    graph holds somewhat fewer than ``num_edges`` edges. Features are the class centre
+    (``signal`` * N(0, 1) per entry) plus N(0, 1) noise, as float16; each node is in train,
+    val or test with probability 0.6, 0.2, 0.2.
+    """
+
+    def __init__(
+        self,
+        num_nodes: int,
+        num_edges: int,
+        num_features: int = 1024,
+        num_classes: int = 19,
+        exponent: float = 2.5,
+        homophily: float = 0.6,
+        signal: float = 0.3,
+        seed: int = 0,
+    ):
+        for name, value, low in (
+            ("num_nodes", num_nodes, 2),
+            ("num_edges", num_edges, 0),
+            ("num_features", num_features, 1),
+            ("num_classes", num_classes, 2),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if num_classes > num_nodes:
+            raise ValueError(f"num_classes ({num_classes}) exceeds num_nodes ({num_nodes})")
+        if not exponent > 1:
+            raise ValueError(f"exponent must be > 1, got {exponent}")
+        if not 0 <= homophily <= 1 or not signal >= 0:
+            raise ValueError(
+                f"homophily must be in [0, 1] and signal >= 0, got {homophily}, {signal}"
+            )
+        self.n, self.num_edges = int(num_nodes), int(num_edges)
+        self.num_features, self.num_classes = int(num_features), int(num_classes)
+        self.alpha, self.homophily, self.seed = 1.0 / (exponent - 1.0), homophily, int(seed)
+        self.mult = _coprime_multiplier(self.n, self.seed)
+        self.offset = int(np.random.default_rng([self.seed, 0]).integers(self.n))
+        # sum of (r + 1)^-alpha over r < n, by the integral on [0.5, n + 0.5)
+        a = 1.0 - self.alpha
+        if abs(a) < 1e-9:
+            total = math.log((self.n + 0.5) / 0.5)
+        else:
+            total = ((self.n + 0.5) ** a - 0.5**a) / a
+        self.degree_scale = self.num_edges / total
+        self.max_degree = max(1.0, math.sqrt(self.num_edges))
+        self.centres = signal * np.random.default_rng([self.seed, 1]).standard_normal(
+            (self.num_classes, self.num_features), dtype=np.float32
+        )
+
+    def popularity(self, nodes: np.ndarray) -> np.ndarray:
+        """int64 popularity rank of each node id."""
+        inverse = pow(self.mult, -1, self.n)
+        return (nodes - self.offset) % self.n * inverse % self.n
+
+    def node_ids(self, ranks: np.ndarray) -> np.ndarray:
+        return (ranks * self.mult + self.offset) % self.n
+
+    def labels(self, nodes: np.ndarray) -> np.ndarray:
+        return self.popularity(nodes) % self.num_classes
+
+    def _bounds(self, b: int) -> tuple[int, int]:
+        return b * BLOCK_NODES, min(self.n, (b + 1) * BLOCK_NODES)
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.n // BLOCK_NODES)
+
+    def split(self, b: int) -> np.ndarray:
+        """int8 [rows] of block ``b``: 0 train, 1 val, 2 test."""
+        lo, hi = self._bounds(b)
+        u = np.random.default_rng([self.seed, 4, b]).random(hi - lo)
+        return (u >= 0.6).astype(np.int8) + (u >= 0.8)
+
+    def block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block ``b``'s rows: (indptr int64 [rows + 1], indices int64 [nnz] source ids,
+        sorted and distinct per row)."""
+        lo, hi = self._bounds(b)
+        rng = np.random.default_rng([self.seed, 2, b])
+        dst = np.arange(lo, hi, dtype=np.int64)
+        rank = self.popularity(dst)
+        mean = np.minimum(self.degree_scale * (rank + 1.0) ** -self.alpha, self.max_degree)
+        degree = rng.poisson(mean)
+        rows = np.repeat(np.arange(hi - lo, dtype=np.int64), degree)
+        same = rng.random(rows.size) < self.homophily
+        cls = (rank % self.num_classes)[rows]
+        count = np.where(same, (self.n - cls + self.num_classes - 1) // self.num_classes, self.n)
+        drawn = _power_law_ranks(rng, count, self.alpha, rows.size)
+        src = self.node_ids(np.where(same, drawn * self.num_classes + cls, drawn))
+        keep = src != dst[rows]
+        keys = _sorted_unique(rows[keep] * self.n + src[keep])
+        rows, src = np.divmod(keys, self.n)
+        indptr = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=hi - lo), out=indptr[1:])
+        return indptr, src
+
+    def features(self, b: int) -> np.ndarray:
+        """float16 [rows, num_features] of block ``b``."""
+        lo, hi = self._bounds(b)
+        rng = np.random.default_rng([self.seed, 3, b])
+        x = np.empty((hi - lo, self.num_features), dtype=np.float16)
+        labels = self.labels(np.arange(lo, hi, dtype=np.int64))
+        step = max(1, (1 << 22) // self.num_features)
+        for start in range(0, hi - lo, step):
+            part = slice(start, min(hi - lo, start + step))
+            noise = rng.standard_normal((part.stop - start, self.num_features), dtype=np.float32)
+            x[part] = self.centres[labels[part]] + noise
+        return x
+
+    def rows(self, lo: int, hi: int, features: bool = True):
+        """Rows [lo, hi): (indptr int64 [hi - lo + 1], indices int64 source ids, labels int64
+        [hi - lo], split int8 [hi - lo], features float16 [hi - lo, F] or None), built from
+        the blocks that hold them, one block's edges at a time beside the result."""
+        if not 0 <= lo <= hi <= self.n:
+            raise ValueError(f"rows [{lo}, {hi}) are not a range of the {self.n} nodes")
+        parts, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(1, dtype=np.int64)]
+        split = np.empty(hi - lo, dtype=np.int8)
+        x = np.empty((hi - lo, self.num_features), dtype=np.float16) if features else None
+        for b in range(lo // BLOCK_NODES, -(-hi // BLOCK_NODES)):
+            start = b * BLOCK_NODES
+            a, z = max(lo, start) - start, min(hi, start + BLOCK_NODES) - start
+            indptr, src = self.block(b)
+            parts.append(src[indptr[a] : indptr[z]])
+            counts.append(np.diff(indptr[a : z + 1]))
+            split[start + a - lo : start + z - lo] = self.split(b)[a:z]
+            if features:
+                x[start + a - lo : start + z - lo] = self.features(b)[a:z]
+        labels = self.labels(np.arange(lo, hi, dtype=np.int64))
+        return np.cumsum(np.concatenate(counts)), np.concatenate(parts), labels, split, x
+
+    def split_sizes(self) -> tuple[int, int, int]:
+        """Nodes in train, val and test of the whole graph (the splits alone, no edges)."""
+        counts = sum(np.bincount(self.split(b), minlength=3) for b in range(self.num_blocks))
+        return tuple(int(c) for c in counts)

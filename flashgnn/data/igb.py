@@ -47,22 +47,15 @@ def _raw_memmap(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     return np.memmap(path, dtype=np.float32, mode="c", shape=shape)
 
 
-def load_igb(
+def open_igb(
     size: str,
     root: Path,
     num_classes: int = 19,
-    seed: int = 0,
-    undirected: bool = True,
     num_nodes: int | None = None,
     num_labelled: int | None = None,
-    progress: bool | None = None,
-) -> Dataset:
-    """IGB homogeneous ``size`` (tiny, small, medium, large, full) from ``<root>/<size>``.
-
-    undirected: add the reverse of every citation (messages flow both ways).
-    num_nodes, num_labelled: the node count and labelled prefix of a large/full copy whose
-    files are not of the published size (default: the published counts).
-    """
+):
+    """IGB's files of ``size`` opened, nothing read: (features [n, 1024], labels [n], edges
+    [E, 2], all memory maps; n; the labelled prefix's length)."""
     if size not in IGB_NUM_NODES:
         raise ValueError(f"unknown IGB size {size!r}; choose one of {tuple(IGB_NUM_NODES)}")
     if num_classes not in _LABEL_FILES:
@@ -93,13 +86,33 @@ def load_igb(
             )
     if num_labelled is None:
         num_labelled = IGB_FULL_LABELLED[num_classes] if size == "full" else n
-    y = np.full(n, -1, dtype=np.int64)
-    y[:num_labelled] = labels[:num_labelled]
     edges = load_npy(edge_path, "the citations, int64 [E, 2]", mmap_mode="r")
     if edges.ndim != 2 or edges.shape[1] != 2:
         raise ValueError(
             f"{edge_path} must hold [E, 2] (source, destination) pairs, got shape {edges.shape}"
         )
+    return x, labels, edges, n, num_labelled
+
+
+def load_igb(
+    size: str,
+    root: Path,
+    num_classes: int = 19,
+    seed: int = 0,
+    undirected: bool = True,
+    num_nodes: int | None = None,
+    num_labelled: int | None = None,
+    progress: bool | None = None,
+) -> Dataset:
+    """IGB homogeneous ``size`` (tiny, small, medium, large, full) from ``<root>/<size>``.
+
+    undirected: add the reverse of every citation (messages flow both ways).
+    num_nodes, num_labelled: the node count and labelled prefix of a large/full copy whose
+    files are not of the published size (default: the published counts).
+    """
+    x, labels, edges, n, num_labelled = open_igb(size, root, num_classes, num_nodes, num_labelled)
+    y = np.full(n, -1, dtype=np.int64)
+    y[:num_labelled] = labels[:num_labelled]
     indptr, indices = edges_to_csr(
         edges[:, 0], edges[:, 1], n, undirected=undirected, progress=progress, desc=f"igb-{size}"
     )

@@ -16,7 +16,8 @@ from .ogb import OGB_NAMES
 SYNTHETIC = "synthetic"
 AMAZON_PRODUCTS = "amazon-products"
 IGB_NAMES = tuple(f"igb-{size}" for size in IGB_NUM_NODES)
-BUILTIN = (SYNTHETIC, AMAZON_PRODUCTS, *OGB_NAMES, *IGB_NAMES)
+GENERATED_IGB_NAMES = ("generated-igb-medium", "generated-igb-large")
+BUILTIN = (SYNTHETIC, AMAZON_PRODUCTS, *OGB_NAMES, *IGB_NAMES, *GENERATED_IGB_NAMES)
 """The datasets ``load_dataset`` knows by name; any other name is an .npz graph."""
 
 

@@ -6,9 +6,9 @@ A config has four sections and two top-level keys::
     self_loops: true          # add a self-loop to every node before training
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
     model: {name: gcn, ...}      # build_model's name and keyword arguments
-    train: {epochs, lr, weight_decay, patience, precision, seed, device, eval_every, progress,
-    cuda_graph,
-            batch_size, fanouts}
+    train: {epochs, lr, weight_decay, patience, precision, seed, device, devices, eval_every,
+            progress, cuda_graph, batch_size, fanouts}
+    distributed: {partition, overlap, timeout_s}  # runs of train.devices > 1 processes
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
 
@@ -36,6 +36,9 @@ DEFAULTS = {
         "precision": "fp32",
         "seed": 0,
         "device": "auto",  # "auto": cuda when available, else cpu
+        # processes (one per GPU on CUDA, rank r on cuda:r): 1 trains in this process; more
+        # spawn that many ranks (flashgnn.distributed.launch), or come from torchrun
+        "devices": 1,
         "eval_every": 1,
         "progress": None,  # the tqdm bar: null shows it on a terminal only
         # after two eager epochs, replay each step and evaluation from CUDA graphs (for graphs where
@@ -48,8 +51,14 @@ DEFAULTS = {
         "batch_size": None,
         "fanouts": None,
     },
+    # multi-process runs: how full-graph training splits the nodes into one part per rank
+    # ("contiguous" id ranges, "degree"-balanced ranges, or "metis" through pymetis), whether
+    # the halo exchange overlaps the local part of each aggregation, and the seconds a
+    # collective waits for its peers before the run fails (null: 300 on CUDA, 60 on the CPU)
+    "distributed": {"partition": "contiguous", "overlap": True, "timeout_s": None},
     "output": {"root": "runs", "dir": None},
 }
+PARTITIONS = ("contiguous", "degree", "metis")
 _FREE_SECTIONS = ("dataset", "model")  # keyword arguments checked by the loader / model
 
 
@@ -232,6 +241,32 @@ def resolve_config(config: dict) -> dict:
         "train.cuda_graph",
         "false or auto with train.batch_size (mini-batch steps are not replayed)",
         t["cuda_graph"],
+    )
+    _require(
+        _is_int(t["devices"]) and t["devices"] >= 1,
+        "train.devices",
+        "an integer >= 1 (the number of processes, one per GPU on CUDA)",
+        t["devices"],
+    )
+    _require(
+        t["devices"] == 1 or t["cuda_graph"] is not True,
+        "train.cuda_graph",
+        "false or auto with train.devices > 1 (steps with collectives are not replayed)",
+        t["cuda_graph"],
+    )
+    d = cfg["distributed"]
+    _require(
+        d["partition"] in PARTITIONS,
+        "distributed.partition",
+        f"one of {PARTITIONS}",
+        d["partition"],
+    )
+    _require(isinstance(d["overlap"], bool), "distributed.overlap", "true or false", d["overlap"])
+    _require(
+        d["timeout_s"] is None or (_is_finite(d["timeout_s"]) and d["timeout_s"] > 0),
+        "distributed.timeout_s",
+        "a number of seconds > 0, or null",
+        d["timeout_s"],
     )
     _require(isinstance(cfg["self_loops"], bool), "self_loops", "true or false", cfg["self_loops"])
     if cfg["name"] is None:

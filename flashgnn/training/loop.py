@@ -12,6 +12,7 @@ leaves behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
@@ -30,20 +32,21 @@ from tqdm import tqdm
 from .. import __version__
 from ..cuda_graphs import WARMUP_CALLS, CudaGraphStep
 from ..data import Dataset, load_dataset
+from ..distributed.launch import from_environment
+from ..distributed.minibatch import data_parallel, loss_divisor, rank_seeds
 from ..graph import Graph
 from ..nn import AGNNConv, GATConv, GCNConv
 from ..ops.replay import set_replay
-from ..precision_context import block_width
 from ..sampling import NeighborSampler
-from . import checkpoint
+from . import checkpoint, run_data
 from .atomic import write_atomically
 from .checkpoint import CheckpointError
 from .config import ConfigError, resolve_config
 from .metrics_log import MetricsLog, rows_up_to
 from .precision import dense_precision, grad_scaler, precision_scope
+from .processes import check_world, rank_device, run_ranks
+from .ranks import Ranks
 from .run_folder import CONFIG, METRICS, SUMMARY, RunFolder
-
-SPLITS = ("train", "val", "test")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -164,11 +167,21 @@ def use_cuda_graph(setting: bool | str, device: torch.device, num_edges: int) ->
     return setting
 
 
-def _loss(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> torch.Tensor:
+def _loss(
+    logits: torch.Tensor, y: torch.Tensor, multi_label: bool, divisor: float | None = None
+) -> torch.Tensor:
+    """The mean loss over the rows (multi-label: over rows and classes); with ``divisor``, the
+    rows' summed loss (multi-label: each row's mean over classes) divided by it instead, a
+    rank's part of a mean over the rows of every rank."""
     logits = logits.float()
+    if divisor is None:
+        if multi_label:
+            return F.binary_cross_entropy_with_logits(logits, y.float())
+        return F.cross_entropy(logits, y)
     if multi_label:
-        return F.binary_cross_entropy_with_logits(logits, y.float())
-    return F.cross_entropy(logits, y)
+        total = F.binary_cross_entropy_with_logits(logits, y.float(), reduction="sum")
+        return total / (divisor * logits.shape[1])
+    return F.cross_entropy(logits, y, reduction="sum") / divisor
 
 
 def make_optimizer(
@@ -191,22 +204,52 @@ def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def train_step(
-    model, graph, x, y_index, index, optimizer, scaler, precision: str, multi_label: bool
+    model,
+    graph,
+    x,
+    y_index,
+    index,
+    optimizer,
+    scaler,
+    precision: str,
+    multi_label: bool,
+    divisor: float | None = None,
+    reduce_gradients=None,
 ) -> torch.Tensor:
     """One step: forward in ``precision``, loss on the output rows ``index`` (int64; None:
     every row, as on a mini-batch's blocks) whose labels are ``y_index``, scaled backward, the
     optimizer step. Returns the loss (a device tensor: reading it synchronises). Nothing in a
-    full-graph step synchronises, so a CUDA graph can capture it."""
+    full-graph step synchronises, so a CUDA graph can capture it.
+
+    A rank of a multi-process run passes ``divisor`` (its loss is the rows' summed loss over
+    it, see ``_loss``) and, unless DDP reduces them, ``reduce_gradients(model)``, which sums
+    the gradients across ranks before the optimizer step."""
     optimizer.zero_grad(set_to_none=True)
     with precision_scope(precision, x.device):
         logits = model(graph, x)
         loss = _loss(
-            logits if index is None else logits.index_select(0, index), y_index, multi_label
+            logits if index is None else logits.index_select(0, index),
+            y_index,
+            multi_label,
+            divisor,
         )
         scaler.scale(loss).backward()
+    if reduce_gradients is not None:
+        reduce_gradients(model)
     scaler.step(optimizer)
     scaler.update()
     return loss
+
+
+def epoch_order(train_index: torch.Tensor, seed: int, epoch: int) -> torch.Tensor:
+    """The training nodes ``train_index`` in the random order of ``epoch`` (0-based): a
+    permutation drawn from its own generator seeded by (``seed``, ``epoch``), so every rank of
+    a run, and a resumed run, draws the same batches whatever else used the random streams."""
+    state = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint32)
+    generator = torch.Generator(train_index.device)
+    generator.manual_seed(int(state[0]) << 32 | int(state[1]))
+    perm = torch.randperm(train_index.numel(), generator=generator, device=train_index.device)
+    return train_index[perm]
 
 
 def minibatch_epoch(
@@ -214,19 +257,25 @@ def minibatch_epoch(
     sampler: NeighborSampler,
     x,
     y,
-    train_index,
+    order,
     batch_size: int,
     optimizer,
     scaler,
     precision: str,
     multi_label: bool,
+    ranks: Ranks | None = None,
 ) -> torch.Tensor:
-    """One epoch of mini-batch steps: the training nodes ``train_index`` in a random order, in
-    batches of ``batch_size``, each on the blocks ``sampler`` draws for it. Returns the mean
-    loss per node (a device tensor)."""
-    order = train_index[torch.randperm(train_index.numel(), device=x.device)]
+    """One epoch of mini-batch steps: the training nodes ``order`` in batches of
+    ``batch_size``, each on the blocks ``sampler`` draws for it. Returns the mean loss per node
+    (a device tensor). With ``ranks`` of a multi-process run (``model`` in DDP), this rank
+    steps on its share of each batch (``minibatch.rank_seeds``) and returns its part of the
+    mean, which adds up over the ranks."""
     total = torch.zeros((), device=x.device)
-    for seeds in order.split(batch_size):
+    for batch in order.split(batch_size):
+        seeds, divisor = batch, None
+        if ranks is not None:
+            seeds = rank_seeds(batch, ranks.rank, ranks.world)
+            divisor = loss_divisor(batch.numel(), ranks.world)
         input_nodes, blocks = sampler.sample(seeds)
         loss = train_step(
             model,
@@ -238,8 +287,9 @@ def minibatch_epoch(
             scaler,
             precision,
             multi_label,
+            divisor,
         )
-        total += loss.detach() * seeds.numel()
+        total += loss.detach() * (seeds.numel() if divisor is None else divisor)
     return total / max(order.numel(), 1)
 
 
@@ -286,7 +336,7 @@ def train(
     overwrite: bool = False,
     dataset: Dataset | None = None,
     load_seconds: float | None = None,
-) -> dict:
+) -> dict | None:
     """Train as ``config`` says (see ``config.py``) and return the run's summary (also written
     to ``summary.json``). ``resume``: a run folder to continue from its ``last.pt``.
     ``overwrite``: replace the run that the new run's folder holds (without it such a folder
@@ -295,18 +345,56 @@ def train(
 
     Everything is checked before the run folder is touched: the config, the folder, the
     model section, the checkpoint (readable, and fitting the model), the data. A run that
-    fails before its first checkpoint leaves the folder as it found it (``run_folder``)."""
-    started = time.perf_counter()
+    fails before its first checkpoint leaves the folder as it found it (``run_folder``).
+
+    ``train.devices`` > 1 spawns that many processes (``processes``), and under torchrun this
+    process is one rank; each rank trains its share, rank 0 alone writes the folder. The
+    summary comes back from the spawning call and on rank 0; other ranks return None."""
     cfg = resolve_config(config)
+    place = from_environment()
+    spawning = place is None and cfg["train"]["devices"] > 1
+    if not dist.is_initialized() and (spawning or (place is not None and place.world > 1)):
+        run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
+        return run_ranks(
+            train,
+            cfg,
+            place,
+            run_dir,
+            resume=resume,
+            overwrite=overwrite,
+            dataset=dataset,
+            load_seconds=load_seconds,
+        )
+    return _train_rank(cfg, resume, overwrite, dataset, load_seconds)
+
+
+def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> dict | None:
+    """``train`` in this process: the whole run, or this rank's part of one."""
+    started = time.perf_counter()
     t = cfg["train"]
-    device = resolve_device(t["device"])
+    if dist.is_initialized():
+        world = check_world(cfg, from_environment())
+        device = rank_device(t["device"], from_environment())
+    else:
+        world, device = 1, resolve_device(t["device"])
+    ranks = Ranks.of_this_process(device)
+    if ranks.world != world:
+        raise ConfigError(
+            f"config key 'train.devices' is {t['devices']} but the process group has "
+            f"{ranks.world} ranks"
+        )
     if t["cuda_graph"] is True and device.type != "cuda":
         raise ConfigError(
             f"config key 'train.cuda_graph' needs a CUDA device, but the run is on {device}"
         )
     precision = t["precision"]
-    run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
-    folder = RunFolder(run_dir, resume=resume is not None, overwrite=overwrite)
+    if resume is not None:
+        run_dir = Path(resume)
+    else:  # rank 0 names the folder (a new one is stamped with the time)
+        run_dir = Path(ranks.gather(str(new_run_dir(cfg)))[0])
+    folder = (
+        RunFolder(run_dir, resume=resume is not None, overwrite=overwrite) if ranks.writer else None
+    )
     check_model_section(cfg["model"])
     state = kept_rows = None
     if resume is not None:
@@ -318,30 +406,24 @@ def train(
                 f"config key 'train.epochs' is {t['epochs']}, but the run in {run_dir} has "
                 f"trained {state['epoch']} epochs already; set it to more to train longer"
             )
-        kept_rows = rows_up_to(run_dir / METRICS, state["epoch"])
+        kept_rows = rows_up_to(run_dir / METRICS, state["epoch"]) if ranks.writer else []
     seed_everything(t["seed"])
 
-    if dataset is None:
-        tic = time.perf_counter()
-        dataset = load_configured_dataset(cfg["dataset"])
-        load_seconds = time.perf_counter() - tic
-    tic = time.perf_counter()
-    graph = prepare_graph(dataset.graph, cfg["self_loops"], device, block_width(precision))
-    x = dataset.x.to(device=device, dtype=torch.float32)
-    bad = int((~torch.isfinite(x)).sum())
-    if bad:
-        raise ValueError(
-            f"dataset {cfg['dataset']['name']!r}: the features hold {bad} NaN or infinite values"
-        )
-    y = dataset.y.to(device)
-    masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
-    _sync(device)
-    graph_seconds = time.perf_counter() - tic
     minibatch = t["batch_size"] is not None
-    cuda_graph = not minibatch and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
+    if ranks.world > 1 and not minibatch:
+        data = run_data.partitioned(cfg, ranks, dataset, load_seconds)
+    else:
+        data = run_data.whole_graph(cfg, ranks, dataset, load_seconds)
+    graph, x, y = data.graph, data.x, data.y
+    cuda_graph = (
+        ranks.world == 1
+        and not minibatch
+        and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
+    )
 
-    model = build_configured_model(cfg["model"], dataset.num_features, dataset.num_classes)
+    model = build_configured_model(cfg["model"], data.num_features, data.num_classes)
     model = model.to(device)
+    ranks.broadcast_module(model)
     if minibatch:
         # Layers replay their kernels (ops.replay) from a configuration's second call, keyed by
         # the graph's identity; each mini-batch samples new blocks, so every call would start a
@@ -359,33 +441,48 @@ def train(
             state, run_dir / checkpoint.LAST, model, optimizer, scaler, stopper
         )
         del state
+    if not ranks.writer:  # ranks draw dropout masks and samples from streams of their own
+        torch.manual_seed(ranks.rank_seed(t["seed"], start_epoch))
     log = MetricsLog(run_dir / METRICS, kept_rows or [])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    train_index, y_train = training_targets(masks[0], y)
+    train_index, y_train = training_targets(data.masks[0], y)
+    # the model as each step calls it: a partition's wrapper exchanges halo rows between
+    # layers; DDP averages a mini-batch step's gradients across ranks
+    net = data.wrap(model)
 
     if minibatch:
         sampler = NeighborSampler(graph, t["fanouts"])
+        if ranks.world > 1:
+            net = data_parallel(model, device)
+        shared = ranks if ranks.world > 1 else None
 
-        def step() -> torch.Tensor:
+        def step(epoch: int) -> torch.Tensor:
             return minibatch_epoch(
-                model,
+                net,
                 sampler,
                 x,
                 y,
-                train_index,
+                epoch_order(train_index, t["seed"], epoch),
                 t["batch_size"],
                 optimizer,
                 scaler,
                 precision,
-                dataset.multi_label,
+                data.multi_label,
+                shared,
             )
     else:
+        divisor = reduce = None
+        if ranks.world > 1:
+            from ..distributed import all_reduce_gradients
 
-        def step() -> torch.Tensor:
+            divisor = ranks.sum([train_index.numel()])[0]
+            reduce = all_reduce_gradients
+
+        def full_step() -> torch.Tensor:
             return train_step(
-                model,
+                net,
                 graph,
                 x,
                 y_train,
@@ -393,35 +490,47 @@ def train(
                 optimizer,
                 scaler,
                 precision,
-                dataset.multi_label,
+                data.multi_label,
+                divisor,
+                reduce,
             ).detach()
 
     def logits() -> torch.Tensor:
         with torch.no_grad(), precision_scope(precision, device):
-            return model(graph, x).float()
+            return net(graph, x).float()
 
     if cuda_graph:
-        step, logits = CudaGraphStep(step), CudaGraphStep(logits)
+        full_step, logits = CudaGraphStep(full_step), CudaGraphStep(logits)
+    if not minibatch:
 
-    with folder.started():
-        write_atomically(run_dir / CONFIG, yaml.safe_dump(cfg, sort_keys=False).encode(), "config")
-        log.write()
+        def step(epoch: int) -> torch.Tensor:
+            return full_step()
+
+    with folder.started() if folder is not None else contextlib.nullcontext():
+        if ranks.writer:
+            config_text = yaml.safe_dump(cfg, sort_keys=False).encode()
+            write_atomically(run_dir / CONFIG, config_text, "config")
+            log.write()
         bar = tqdm(
             range(start_epoch, t["epochs"]),
             initial=start_epoch,
             total=t["epochs"],
             desc=cfg["name"],
-            disable=None if t["progress"] is None else not t["progress"],
+            disable=(None if t["progress"] is None else not t["progress"]) or not ranks.writer,
         )
         epoch = start_epoch - 1
         for epoch in bar:
             tic = time.perf_counter()
             model.train()
-            loss = step()
+            loss = step(epoch)
             _sync(device)
             epoch_times.append(time.perf_counter() - tic)
 
-            row = {"epoch": epoch + 1, "loss": loss.item(), "epoch_time_s": epoch_times[-1]}
+            row = {
+                "epoch": epoch + 1,
+                "loss": ranks.sum(loss.reshape(1))[0],
+                "epoch_time_s": epoch_times[-1],
+            }
             if not math.isfinite(row["loss"]):
                 raise FloatingPointError(
                     f"{cfg['name']}: the loss is {row['loss']} at epoch {epoch + 1} in "
@@ -430,12 +539,9 @@ def train(
             if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
                 tic = time.perf_counter()
                 model.eval()
-                out = logits()
-                scores = {
-                    split: dataset.evaluate(out, y, mask) for split, mask in zip(SPLITS, masks)
-                }
+                scores = data.scores(logits())
                 row.update(scores, eval_time_s=time.perf_counter() - tic)
-                if stopper.update(scores["val"], epoch):
+                if stopper.update(scores["val"], epoch) and ranks.writer:
                     checkpoint.save(
                         run_dir / checkpoint.BEST,
                         {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},
@@ -445,58 +551,90 @@ def train(
                     val=f"{scores['val']:.4f}",
                     epoch_s=f"{epoch_times[-1]:.4f}",
                 )
-            log.append(row)
-            checkpoint.save(
-                run_dir / checkpoint.LAST,
-                {
-                    "epoch": epoch + 1,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "early_stopping": stopper.state_dict(),
-                    "rng": checkpoint.rng_state(),
-                    "epoch_times": epoch_times,
-                },
-            )
-            folder.commit()
+            if ranks.writer:
+                log.append(row)
+                checkpoint.save(
+                    run_dir / checkpoint.LAST,
+                    {
+                        "epoch": epoch + 1,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scaler": scaler.state_dict(),
+                        "early_stopping": stopper.state_dict(),
+                        "rng": checkpoint.rng_state(),
+                        "epoch_times": epoch_times,
+                    },
+                )
+                folder.commit()
             if stopper.should_stop(epoch):
                 break
         bar.close()
-        folder.commit()
+        if ranks.writer:
+            folder.commit()
 
+    peak_gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    per_rank = ranks.gather(_rank_report(ranks, data, peak_gpu_mb))
+    if not ranks.writer:
+        return None
     best = checkpoint.load(run_dir / checkpoint.BEST, device)
     model.load_state_dict(best["model"])
     summary = {
         "name": cfg["name"],
         "run_dir": str(run_dir),
-        "dataset": dataset.summary(),
+        "dataset": data.summary,
         "model": cfg["model"]["name"],
         "precision": precision,
         "dense_precision": dense_precision(precision, device),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "metric": dataset.metric,
+        "metric": data.metric,
         "epochs_run": epoch + 1,
         "best_epoch": best["epoch"],
         **{split: score for split, score in best["scores"].items()},
         "stopped_early": epoch + 1 < t["epochs"],
         "resumed_from_epoch": start_epoch if resume is not None else None,
-        "load_s": load_seconds,
-        "graph_s": graph_seconds,
-        "preprocess_s": (load_seconds or 0.0) + graph_seconds,
+        "load_s": data.load_seconds,
+        "graph_s": data.graph_seconds,
+        "preprocess_s": (data.load_seconds or 0.0) + data.graph_seconds,
         "cuda_graph": cuda_graph,
         **_time_stats(epoch_times, 1 + (WARMUP_CALLS if cuda_graph else 0)),
-        "peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20
-        if device.type == "cuda"
-        else None,
+        "peak_gpu_memory_mb": peak_gpu_mb,
         "peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "total_s": time.perf_counter() - started,
         "torch": torch.__version__,
         "flashgnn": __version__,
         "config": cfg,
     }
+    if ranks.world > 1:
+        summary["distributed"] = _distributed_report(cfg, per_rank, minibatch)
     write_atomically(run_dir / SUMMARY, json.dumps(summary, indent=2).encode(), "summary")
     return summary
+
+
+def _rank_report(ranks: Ranks, data, peak_gpu_mb: float | None) -> dict:
+    """What one rank adds to the summary of a multi-process run: its peak memory, and, of a
+    partition, its sizes and halo exchange (``FullGraphPartition.stats``)."""
+    report = {
+        "rank": ranks.rank,
+        "peak_gpu_memory_mb": peak_gpu_mb,
+        "peak_host_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    part = data.partition
+    if part is not None:
+        report.update(num_own=part.num_own, num_halo=part.num_halo, **part.stats())
+    return report
+
+
+def _distributed_report(cfg: dict, per_rank: list[dict], minibatch: bool) -> dict:
+    peaks = [r["peak_gpu_memory_mb"] for r in per_rank if r["peak_gpu_memory_mb"] is not None]
+    return {
+        "world": len(per_rank),
+        "mode": "mini-batch" if minibatch else "full-graph",
+        "partition": None if minibatch else cfg["distributed"]["partition"],
+        "overlap": None if minibatch else cfg["distributed"]["overlap"],
+        "peak_gpu_memory_mb_max": max(peaks) if peaks else None,
+        "ranks": per_rank,
+    }
 
 
 def _time_stats(epoch_times: list[float], warm: int) -> dict:

@@ -1,0 +1,203 @@
+"""The tensors a rank trains on and scores, on its device: the whole graph (one process, or
+every rank of a mini-batch run), or the rank's part of a partitioned graph (full-graph runs
+of several processes, ``flashgnn.distributed.FullGraphPartition``).
+
+A partition comes from the whole dataset (loaded by every rank, then split) or, for the
+datasets that ``data.local_rows`` reads rank by rank under a contiguous partition, from the
+rank's own rows only, so that no rank ever holds the whole graph.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data import Dataset, local_rows
+from ..graph import Graph
+from ..precision_context import block_width
+from .config import ConfigError
+from .ranks import Ranks, aggregate_scores
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class RunData:
+    """graph: what the model runs on; x float [rows, F] and y [rows(, C)] its input rows' features
+    and labels; masks: bool [rows] of train/val/test among the output rows; score_masks: the
+    rows of each split this rank scores (with ``scores``); wrap: the model as the loop calls it
+    (a partition's halo-exchanging wrapper, else the model itself)."""
+
+    graph: Graph
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: list
+    score_masks: list
+    num_features: int
+    num_classes: int
+    multi_label: bool
+    metric: str
+    summary: dict
+    load_seconds: float | None
+    graph_seconds: float
+    scores: Callable[[torch.Tensor], dict] = field(repr=False)
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] = field(repr=False, default=lambda m: m)
+    partition: object | None = None
+
+
+def _checked_features(
+    x: torch.Tensor, name: str, device: torch.device, keep: torch.dtype | None = None
+) -> torch.Tensor:
+    """``x`` on ``device`` as float32 (as ``keep`` when it is stored as that type), checked
+    finite."""
+    x = x.to(device=device, dtype=keep if x.dtype == keep else torch.float32)
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        raise ValueError(f"dataset {name!r}: the features hold {bad} NaN or infinite values")
+    return x
+
+
+def _check_metric(metric: str, name: str) -> None:
+    if metric not in ("accuracy", "f1_micro"):
+        raise ConfigError(
+            f"dataset {name!r} is scored by {metric}, which is not a sum over nodes and is not "
+            "aggregated across ranks; train it with train.devices=1"
+        )
+
+
+def _load(cfg: dict, dataset: Dataset | None, load_seconds: float | None):
+    if dataset is not None:
+        return dataset, load_seconds
+    from .loop import load_configured_dataset
+
+    tic = time.perf_counter()
+    dataset = load_configured_dataset(cfg["dataset"])
+    return dataset, time.perf_counter() - tic
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def whole_graph(
+    cfg: dict, ranks: Ranks, dataset: Dataset | None, load_seconds: float | None
+) -> RunData:
+    """Every node on this rank; with several ranks, each scores its contiguous share of the
+    node ids and the scores add up across ranks."""
+    from .loop import prepare_graph
+
+    dataset, load_seconds = _load(cfg, dataset, load_seconds)
+    device = ranks.device
+    tic = time.perf_counter()
+    k = block_width(cfg["train"]["precision"])
+    graph = prepare_graph(dataset.graph, cfg["self_loops"], device, k)
+    x = _checked_features(dataset.x, cfg["dataset"]["name"], device)
+    y = dataset.y.to(device)
+    masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
+    _sync(device)
+    graph_seconds = time.perf_counter() - tic
+    if ranks.world == 1:
+        score_masks = masks
+
+        def scores(out):
+            return {s: dataset.evaluate(out, y, m) for s, m in zip(SPLITS, masks)}
+    else:
+        _check_metric(dataset.metric, cfg["dataset"]["name"])
+        share = torch.zeros_like(masks[0])
+        share[torch.arange(dataset.num_nodes).tensor_split(ranks.world)[ranks.rank]] = True
+        score_masks = [m & share for m in masks]
+
+        def scores(out):
+            values = aggregate_scores(ranks, dataset.metric, out, y, score_masks)
+            return dict(zip(SPLITS, values))
+
+    return RunData(
+        graph,
+        x,
+        y,
+        masks,
+        score_masks,
+        dataset.num_features,
+        dataset.num_classes,
+        dataset.multi_label,
+        dataset.metric,
+        dataset.summary(),
+        load_seconds,
+        graph_seconds,
+        scores,
+    )
+
+
+def partitioned(
+    cfg: dict, ranks: Ranks, dataset: Dataset | None, load_seconds: float | None
+) -> RunData:
+    """This rank's part of the graph, split by ``distributed.partition``: its own nodes'
+    rows of A over [own; halo] sources, its nodes' features, labels and masks."""
+    from ..distributed import FullGraphPartition
+
+    device, d = ranks.device, cfg["distributed"]
+    k = block_width(cfg["train"]["precision"])
+    section = cfg["dataset"]
+    sliced = dataset is None and local_rows.supports(section["name"])
+    tic = time.perf_counter()
+    # the partition must not draw from torch's streams: the model is built from them next,
+    # as a one-process run builds it
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if sliced:
+            if d["partition"] != "contiguous":
+                raise ConfigError(
+                    f"dataset {section['name']!r} is read rank by rank, which needs "
+                    f"distributed.partition=contiguous, got {d['partition']!r}"
+                )
+            rows = local_rows.load(section, ranks.rank, ranks.world)
+            load_seconds = time.perf_counter() - tic
+            tic = time.perf_counter()
+            part = FullGraphPartition.from_local_rows(
+                rows, self_loops=cfg["self_loops"], device=device, k=k
+            )
+            info = rows.info
+        else:
+            dataset, load_seconds = _load(cfg, dataset, load_seconds)
+            tic = time.perf_counter()
+            part = FullGraphPartition.build(
+                dataset,
+                method=d["partition"],
+                self_loops=cfg["self_loops"],
+                device=device,
+                k=k,
+            )
+            info = local_rows.DatasetInfo.of(dataset)
+    # a partition's features stay in the run's half type on CUDA, where autocast casts them
+    # anyway: IGB-large's 1024 features of a quarter of its nodes fill a GPU in float32
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg["train"]["precision"])
+    x = _checked_features(part.x, section["name"], device, half if device.type == "cuda" else None)
+    masks = [m.to(device) for m in part.masks]
+    y = part.y.to(device)
+    _sync(device)
+    graph_seconds = time.perf_counter() - tic
+    _check_metric(info.metric, section["name"])
+
+    def scores(out):
+        return dict(zip(SPLITS, aggregate_scores(ranks, info.metric, out, y, masks)))
+
+    return RunData(
+        part.graph,
+        x,
+        y,
+        masks,
+        masks,
+        info.num_features,
+        info.num_classes,
+        info.multi_label,
+        info.metric,
+        info.summary(),
+        load_seconds,
+        graph_seconds,
+        scores,
+        wrap=lambda model: part.wrap(model, overlap=d["overlap"]),
+        partition=part,
+    )
