@@ -3,7 +3,7 @@
 Two ways in. ``torchrun --nproc-per-node=N -m flashgnn train ...`` starts the processes and
 sets RANK, WORLD_SIZE and LOCAL_RANK (``from_environment`` reads them); ``spawn(fn, N, ...)``
 starts N processes itself (torch.multiprocessing, start method "spawn"), with the same
-variables and a free port on this host. Either way each process joins one process group:
+variables and a rendezvous file on this host. Either way each process joins one process group:
 NCCL between GPUs (rank r on ``cuda:LOCAL_RANK``), gloo on the CPU, with a timeout on every
 collective, so a rank left waiting on a dead peer raises instead of hanging.
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -82,9 +83,12 @@ def backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def join_group(place: Placement, device_type: str, timeout_s: float) -> torch.device:
-    """Join the default process group as ``place`` says (MASTER_ADDR and MASTER_PORT come
-    from the environment) and return this rank's device: ``cuda:<local_rank>`` on CUDA."""
+def join_group(
+    place: Placement, device_type: str, timeout_s: float, init_method: str | None = None
+) -> torch.device:
+    """Join the default process group as ``place`` says and return this rank's device:
+    ``cuda:<local_rank>`` on CUDA. The ranks meet at ``init_method``, by default torchrun's
+    MASTER_ADDR and MASTER_PORT from the environment."""
     device = torch.device("cpu")
     if device_type == "cuda":
         if place.local_rank >= torch.cuda.device_count():
@@ -95,6 +99,7 @@ def join_group(place: Placement, device_type: str, timeout_s: float) -> torch.de
         torch.cuda.set_device(device)
     dist.init_process_group(
         backend(device_type),
+        init_method=init_method,
         rank=place.rank,
         world_size=place.world,
         timeout=datetime.timedelta(seconds=timeout_s),
@@ -103,19 +108,10 @@ def join_group(place: Placement, device_type: str, timeout_s: float) -> torch.de
     return device
 
 
-def free_port() -> int:
-    """A TCP port of this host that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(index: int, fn: Callable, world: int, port: int, device_type, timeout_s, args):
+def _rank_main(index: int, fn: Callable, world: int, rendezvous: str, device_type, timeout_s, args):
     """Body of spawned process ``index``: the environment torchrun would set, the process
-    group, then ``fn(*args)``."""
+    group (met in the file ``rendezvous``), then ``fn(*args)``."""
     os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
         RANK=str(index),
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(index),
@@ -123,7 +119,7 @@ def _rank_main(index: int, fn: Callable, world: int, port: int, device_type, tim
     if device_type == "cpu":
         # ranks of one host share its cores; more threads than cores slow every rank down
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    join_group(Placement(index, world, index), device_type, timeout_s)
+    join_group(Placement(index, world, index), device_type, timeout_s, f"file://{rendezvous}")
     fn(*args)
     # leave together: a rank that tears its connections down while a peer still uses the
     # group (its store lives in rank 0) can make that peer abort
@@ -143,9 +139,12 @@ def spawn(
         raise ValueError(f"world must be an integer >= 1, got {world!r}")
     if device_type not in DEFAULT_TIMEOUT_S:
         raise ValueError(f"device_type must be 'cuda' or 'cpu', got {device_type!r}")
+    # the ranks meet in a file of a fresh folder, not on a TCP port: a port found free can be
+    # taken by another process before rank 0 listens on it
+    folder = tempfile.mkdtemp(prefix="flashgnn-ranks-")
     context = mp.start_processes(
         _rank_main,
-        args=(fn, world, free_port(), device_type, float(timeout_s), tuple(args)),
+        args=(fn, world, os.path.join(folder, "rendezvous"), device_type, float(timeout_s), args),
         nprocs=world,
         join=False,
         start_method="spawn",
@@ -164,3 +163,4 @@ def spawn(
             if process.is_alive():  # the parent itself was interrupted
                 process.kill()
                 process.join()
+        shutil.rmtree(folder, ignore_errors=True)

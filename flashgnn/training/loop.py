@@ -573,7 +573,7 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
             folder.commit()
 
     peak_gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    per_rank = ranks.gather(_rank_report(ranks, data, peak_gpu_mb))
+    per_rank = ranks.gather(_rank_report(ranks, data, net, peak_gpu_mb))
     if not ranks.writer:
         return None
     best = checkpoint.load(run_dir / checkpoint.BEST, device)
@@ -611,9 +611,11 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     return summary
 
 
-def _rank_report(ranks: Ranks, data, peak_gpu_mb: float | None) -> dict:
+def _rank_report(ranks: Ranks, data, net, peak_gpu_mb: float | None) -> dict:
     """What one rank adds to the summary of a multi-process run: its peak memory, and, of a
-    partition, its sizes and halo exchange (``FullGraphPartition.stats``)."""
+    partition, its sizes and halo exchange (``FullGraphPartition.stats``) with the bytes a
+    training step moves: each exchange of the last forward, and its reverse in the backward
+    (the halo rows are the lower bound: each needed row crosses once per direction)."""
     report = {
         "rank": ranks.rank,
         "peak_gpu_memory_mb": peak_gpu_mb,
@@ -621,7 +623,16 @@ def _rank_report(ranks: Ranks, data, peak_gpu_mb: float | None) -> dict:
     }
     part = data.partition
     if part is not None:
-        report.update(num_own=part.num_own, num_halo=part.num_halo, **part.stats())
+        stats = part.stats()
+        report.update(stats)
+        row_bytes = [
+            e["width"] * e["dtype"].itemsize
+            for e in getattr(net, "exchanges", [])
+            if not e["cached"]
+        ]
+        report["step_bytes_received"] = 2 * part.num_halo * sum(row_bytes)
+        report["step_bytes_sent"] = 2 * stats["halo_rows_sent"] * sum(row_bytes)
+        report["step_bytes_lower_bound"] = report["step_bytes_received"]
     return report
 
 

@@ -156,8 +156,20 @@ def partitioned(
             rows = local_rows.load(section, ranks.rank, ranks.world)
             load_seconds = time.perf_counter() - tic
             tic = time.perf_counter()
+            n = rows.info.num_nodes
+            part_ptr = torch.tensor(
+                [local_rows.own_range(n, r, ranks.world)[0] for r in range(ranks.world)] + [n]
+            )
             part = FullGraphPartition.from_local_rows(
-                rows, self_loops=cfg["self_loops"], device=device, k=k
+                rows.indptr,
+                rows.indices,
+                rows.x,
+                rows.y,
+                [rows.train_mask, rows.val_mask, rows.test_mask],
+                part_ptr,
+                self_loops=cfg["self_loops"],
+                device=device,
+                k=k,
             )
             info = rows.info
         else:

@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from flashgnn.distributed import launch
-from flashgnn.training import loop, resolve_config, train
+from flashgnn.training import loop, train
 
 
 def losses(run_dir: Path) -> list[float]:
@@ -101,68 +100,3 @@ def test_a_rank_failing_mid_run_ends_the_run_with_its_error(tmp_path):
     with pytest.raises(launch.RankFailedError, match="rank 1 of 2.*injected step failure"):
         launch.spawn(train_failing_on_rank_one, 2, (cfg,), device_type="cpu", timeout_s=60)
     assert time.perf_counter() - tic < 60
-
-
-class ReplicatedStandIn:
-    """A stand-in for FullGraphPartition's interface, for the loop's side alone: every rank
-    holds the whole graph and computes every row, and keeps its contiguous share of the
-    output rows, labels and masks (no halo; the loss scaling, gradient sums, scores and
-    records are the loop's)."""
-
-    def __init__(self, dataset, *, self_loops, device, k):
-        from flashgnn.training.loop import prepare_graph
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-        self.own = torch.arange(dataset.num_nodes).tensor_split(world)[rank]
-        self.graph = prepare_graph(dataset.graph, self_loops, device, k)
-        self.x = dataset.x
-        self.y = dataset.y[self.own]
-        self.masks = [getattr(dataset, f"{s}_mask")[self.own] for s in ("train", "val", "test")]
-        self.num_own, self.num_halo = self.own.numel(), 0
-
-    @classmethod
-    def build(cls, dataset, *, method, self_loops, device, k):
-        return cls(dataset, self_loops=self_loops, device=device, k=k)
-
-    def wrap(self, model, overlap):
-        own = self.own
-
-        class Rows(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
-
-            def forward(self, graph, x):
-                return self.model(graph, x).index_select(0, own)
-
-        return Rows()
-
-    def stats(self):
-        return {"halo_rows": 0}
-
-
-def sum_gradients(model, group=None):
-    for p in model.parameters():
-        if p.grad is not None:
-            dist.all_reduce(p.grad)
-
-
-def train_with_stand_in(cfg: dict) -> None:
-    import flashgnn.distributed as package
-
-    package.FullGraphPartition = ReplicatedStandIn
-    package.all_reduce_gradients = sum_gradients
-    train(cfg)
-
-
-def test_full_graph_loop_with_a_replicated_stand_in(tmp_path):
-    """The loop's full-graph side (loss over the global training count, gradients summed,
-    scores summed, rank 0's records) against the one-process run, without the partition."""
-    model = {"name": "gat", "hidden_feats": 4, "heads": 2, "feat_drop": 0.0, "attn_drop": 0.0}
-    one = train(config(tmp_path / "one", 1, 4, model))
-    cfg = resolve_config(config(tmp_path / "two", 2, 4, model))
-    launch.spawn(train_with_stand_in, 2, (cfg,), device_type="cpu", timeout_s=60)
-    two = json.loads((tmp_path / "two" / "summary.json").read_text())
-    assert close(losses(tmp_path / "one"), losses(tmp_path / "two"))
-    assert abs(one["test"] - two["test"]) <= 1e-9 and abs(one["val"] - two["val"]) <= 1e-9
-    assert [r["num_own"] for r in two["distributed"]["ranks"]] == [250, 250]

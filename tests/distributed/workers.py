@@ -1,5 +1,6 @@
 """A group of worker processes that tests reuse (gloo on the CPU, or NCCL with one GPU per
-rank, rank r on cuda:r): started once (spawned, on a free port),
+rank, rank r on cuda:r): started once (spawned, meeting in a
+file),
 they run one task after another, each task a module-level function called on every rank as
 ``fn(rank, world, *args)``; the results come back as a list by rank. A task that raises on
 any rank, or does not finish within the timeout, fails the test with the workers' tracebacks,
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
+import shutil
+import tempfile
 import traceback
 from datetime import timedelta
 
@@ -18,24 +20,22 @@ import torch.multiprocessing as mp
 START_TIMEOUT = 120  # seconds for the workers to import torch and join the group
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(rank: int, world: int, port: int, backend: str, tasks, results, timeout: float) -> None:
+def _serve(
+    rank: int, world: int, rendezvous: str, backend: str, tasks, results, timeout: float
+) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
         dist.init_process_group(
-            backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
+            backend,
+            init_method=f"file://{rendezvous}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout),
         )
         results.put((rank, True, "ready"))
     except Exception:
@@ -62,11 +62,13 @@ class WorkerGroup:
         self.world, self.timeout = world, timeout
         self.results = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(world)]
-        port = free_port()
+        # the ranks meet in a file, not on a port another process could take first
+        self._folder = tempfile.mkdtemp(prefix="flashgnn-workers-")
+        rendezvous = os.path.join(self._folder, "rendezvous")
         self.procs = [
             ctx.Process(
                 target=_serve,
-                args=(rank, world, port, backend, self.tasks[rank], self.results, timeout),
+                args=(rank, world, rendezvous, backend, self.tasks[rank], self.results, timeout),
                 daemon=True,
             )
             for rank in range(world)
@@ -115,3 +117,4 @@ class WorkerGroup:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        shutil.rmtree(self._folder, ignore_errors=True)
