@@ -130,6 +130,18 @@ def load_npz_graph(name: str) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(n, n))
 
 
+def dlmc_spread(k: int) -> list[int]:
+    """``k`` positions spread evenly over the DLMC collection, first and last included, so
+    that a sample crosses every sparsity level whatever the collection holds; skipped where
+    the collection is absent."""
+    root = data_dir()
+    if root is None or not (root / DLMC_FILE).is_file():
+        pytest.skip(f"{DLMC_FILE}: {NO_DATA}")
+    with np.load(root / DLMC_FILE) as d:
+        count = len(d["names"])
+    return sorted({round(j * (count - 1) / max(k - 1, 1)) for j in range(k)})
+
+
 def load_dlmc(indices) -> list[tuple[str, sp.csr_matrix]]:
     """(name, pattern as a scipy CSR of float32 ones) of the DLMC matrices at ``indices``
     (``flashgnn.data.dlmc``); skipped where the collection is absent."""

@@ -11,7 +11,7 @@ import torch
 
 from flashgnn.formats.mebcrs import MEBCRS
 from tests.cuda.kernel_cases import CASES
-from tests.helpers import GPU, graph_names, load_dlmc, random_values
+from tests.helpers import GPU, dlmc_spread, graph_names, load_dlmc, random_values
 
 pytestmark = GPU
 
@@ -90,11 +90,10 @@ def test_dataset_graph_identical_to_reference(name, load_graph, rng):
         assert_identical(got, ref)
 
 
-DLMC_SAMPLE = list(range(0, 320, 20))  # every sparsity level, square and rectangular layers
-
-
 def test_dlmc_sample_identical_to_reference(data_dir, rng):
-    for i, (name, a) in zip(DLMC_SAMPLE, load_dlmc(DLMC_SAMPLE)):
+    # 16 matrices: every sparsity level, square and rectangular layers
+    sample = dlmc_spread(16)
+    for i, (name, a) in zip(sample, load_dlmc(sample)):
         a.data = random_values(a.nnz, rng).astype(np.float32)
         got, ref = build_both(a, 8 if i % 40 == 0 else 4)
         assert_identical(got, ref)
