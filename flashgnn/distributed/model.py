@@ -35,6 +35,9 @@ from .group import first_rank
 from .halo import exchange, start_exchange
 from .shard import split_by_source
 
+# the share of a GPU's memory the halo rows of the input features may keep between steps
+X_HALO_MEMORY = 0.25
+
 
 class FullGraphModel(nn.Module):
     """``model`` on ``partition`` (``FullGraphPartition.wrap``). ``forward(graph, x_own)``:
@@ -132,20 +135,27 @@ class FullGraphModel(nn.Module):
         return self._x_halo[1]
 
     def _gcn_layer(self, i: int, layer: GCNConv, h: Tensor) -> Tensor:
-        """``layer`` (a GCNConv) on [h; halo rows], with the normalisation of the whole graph."""
+        """``layer`` (a GCNConv) on [h; halo rows], with the normalisation of the whole graph.
+        A layer whose weight narrows the features sends h W instead of h (A (h W) is the
+        order GCNConv computes then anyway), unless h is the partition's features and their
+        halo fits the memory kept for it (exchanged once, not every step)."""
         part = self.partition
         precision = resolve_precision(layer.precision)
         k = block_width(precision)
-        dtype = value_dtype(h)
         cached = h is part.x and not h.requires_grad
+        weight = layer.weight
+        if weight is not None and weight.shape[0] > weight.shape[1]:
+            if not (cached and self._x_halo_fits(h)):
+                h, weight, cached = _project(h, weight), None, False
+        dtype = value_dtype(h)
         if not self.overlap or cached or part.num_halo == 0:
             feat = self._exchange(h)
-            check_graph_input(part.graph, feat, layer.in_feats, True, "GCNConv", False)
+            check_graph_input(part.graph, feat, feat.shape[1], True, "GCNConv", False)
             values = self._gcn_values("local", layer.norm, k, dtype)
             out = graph_conv(
                 part.graph.adj(k),
                 feat,
-                layer.weight,
+                weight,
                 layer.bias,
                 precision,
                 values=values,
@@ -153,13 +163,13 @@ class FullGraphModel(nn.Module):
             )
         else:
             own_part, halo_part = self._split_graphs()
-            check_graph_input(own_part, h, layer.in_feats, True, "GCNConv", False)
+            check_graph_input(own_part, h, h.shape[1], True, "GCNConv", False)
             self.exchanges.append({"width": h.shape[1], "dtype": h.dtype, "cached": False})
             pending = start_exchange(h, part.plan)
             out = graph_conv(
                 own_part.adj(k),
                 h,
-                layer.weight,
+                weight,
                 None,
                 precision,
                 values=self._gcn_values("own", layer.norm, k, dtype),
@@ -168,13 +178,21 @@ class FullGraphModel(nn.Module):
             out = out + graph_conv(
                 halo_part.adj(k),
                 pending.wait(),
-                layer.weight,
+                weight,
                 layer.bias,
                 precision,
                 values=self._gcn_values("halo", layer.norm, k, dtype),
                 replay=self._halo_part_replay(i, layer),
             )
         return layer.activation(out) if layer.activation is not None else out
+
+    def _x_halo_fits(self, x: Tensor) -> bool:
+        """Whether the halo rows of the features fit in X_HALO_MEMORY of the GPU (always on
+        the CPU)."""
+        if x.device.type != "cuda":
+            return True
+        total = torch.cuda.get_device_properties(x.device).total_memory
+        return self.partition.num_halo * x.shape[1] * x.element_size() <= X_HALO_MEMORY * total
 
     def _halo_part_replay(self, i: int, layer: GCNConv) -> NodeReplay:
         """The replay state of layer i's halo part, enabled as the layer's own is now."""
@@ -214,3 +232,10 @@ class FullGraphModel(nn.Module):
                 values = target.edge_values(per_edge[chosen], k)
             self._values[key] = values
         return self._values[key]
+
+
+def _project(h: Tensor, weight: Tensor) -> Tensor:
+    """h W as graph_conv computes it: in autocast's dtype when autocast is on, else h's."""
+    if torch.is_autocast_enabled(h.device.type):
+        return torch.mm(h, weight)
+    return torch.mm(h, weight.to(h.dtype))
