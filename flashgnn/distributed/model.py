@@ -29,6 +29,7 @@ from ..nn import GCNConv
 from ..nn.graph_input import ZeroInDegreeError, check_graph_input, value_dtype
 from ..ops import graph_conv
 from ..ops.gcn_norm import gcn_norm_factor
+from ..ops.precision import half_storage
 from ..ops.replay import NodeReplay
 from ..precision_context import block_width, resolve_precision
 from .group import first_rank
@@ -147,6 +148,11 @@ class FullGraphModel(nn.Module):
         if weight is not None and weight.shape[0] > weight.shape[1]:
             if not (cached and self._x_halo_fits(h)):
                 h, weight, cached = _project(h, weight), None, False
+        storage = half_storage(precision)
+        if storage is not None and h.dtype == torch.float32 and not cached:
+            # the SpMM rounds its input to the precision's storage type first: sending it
+            # rounded halves the bytes and changes nothing
+            h = h.to(storage)
         dtype = value_dtype(h)
         if not self.overlap or cached or part.num_halo == 0:
             feat = self._exchange(h)

@@ -61,4 +61,9 @@ def test_low_precision_matches_single_process(nccl_group, model_name, precision)
     assert abs(loss - ref_loss) <= tol * abs(ref_loss)
     flat = torch.cat([torch.as_tensor(grads[name]).flatten() for name in ref_grads])
     ref_flat = torch.cat([g.flatten() for g in ref_grads.values()])
-    assert rel_err(flat, ref_flat) <= tol
+    # two low-precision runs that sum in different orders may differ as much as either differs
+    # from fp32: the bound is the precision's own error on these gradients (bf16's is several
+    # of its 2^-8 steps through two layers), and at least the kernels' tolerance
+    fp32_grads = single_process("cora", model_name, device="cuda", precision="fp32")[2]
+    fp32_flat = torch.cat([g.flatten() for g in fp32_grads.values()])
+    assert rel_err(flat, ref_flat) <= max(tol, 2 * rel_err(ref_flat, fp32_flat))
