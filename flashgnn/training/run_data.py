@@ -48,13 +48,19 @@ class RunData:
     partition: object | None = None
 
 
+FINITE_CHECK_ELEMENTS = 1 << 26
+
+
 def _checked_features(
     x: torch.Tensor, name: str, device: torch.device, keep: torch.dtype | None = None
 ) -> torch.Tensor:
     """``x`` on ``device`` as float32 (as ``keep`` when it is stored as that type), checked
     finite."""
     x = x.to(device=device, dtype=keep if x.dtype == keep else torch.float32)
-    bad = int((~torch.isfinite(x)).sum())
+    # by blocks of rows: a mask of the whole of IGB's features, and the int64 its sum makes,
+    # would take more memory than the features
+    rows = max(1, FINITE_CHECK_ELEMENTS // max(x[0].numel() if x.shape[0] else 1, 1))
+    bad = sum(int((~torch.isfinite(block)).sum()) for block in x.split(rows))
     if bad:
         raise ValueError(f"dataset {name!r}: the features hold {bad} NaN or infinite values")
     return x
