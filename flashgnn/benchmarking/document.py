@@ -25,6 +25,8 @@ from .layers import HEADERS as MODEL_HEADERS
 from .layers import ModelRow, step_ms
 from .results import RESULTS_DIR, before_path, find
 from .seeds import SeedRow, answers, backend_table
+from .sparse_linear import Row as SparseLinearRow
+from .sparse_linear import summary as sparse_linear_summary
 from .table import Row, geomean
 
 REPORT_COMMAND = f"flashgnn bench report --results {RESULTS_DIR} --markdown BENCHMARKS.md"
@@ -157,6 +159,14 @@ bytes moved (geomeans over graphs; above 1x 8x1 is better).""",
 The seed papers' formats on DLMC ResNet-50 weights (each nonzero a V x 1 vector), the real
 graphs and generated patterns, against cuBLAS dense and cuSPARSE CSR in the same storage type;
 the papers' claims checked on this GPU, then one line per backend (geomeans of kernel time).""",
+    ),
+    "sparse-linear": (
+        "SparseLinear against cuBLAS",
+        """\
+`flashgnn.nn.SparseLinear` (W pruned to V x 1 vectors) on the shape in the stamp, against the
+dense layer (torch.matmul, cuBLAS) in the same storage type: per V and sparsity (the fraction of
+W's vectors pruned), forward / forward + backward over dense by kernel time, the forward's
+useful TFLOP/s in brackets, and the sparsity from which the forward beats dense.""",
     ),
 }
 SOURCE = {"format build": "kernels"}  # sections built from another benchmark's CSV
@@ -477,6 +487,11 @@ def seeds_table(path: Path) -> list[str]:
     ]
 
 
+def sparse_linear_table(path: Path) -> list[str]:
+    """``sparse_linear.summary`` of the run."""
+    return [table.markdown_table(*sparse_linear_summary(table.read_csv(path, SparseLinearRow)))]
+
+
 CHANGE = {
     "kernels": kernels_change,
     "layers": model_change,
@@ -491,4 +506,5 @@ RENDER = {
     "e2e": model_table,
     "ablation": ablation_table,
     "seeds": seeds_table,
+    "sparse-linear": sparse_linear_table,
 }

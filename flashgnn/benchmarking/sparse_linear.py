@@ -22,20 +22,19 @@ cuSPARSE. The crossover sparsity of each V is where the forward's speedup over d
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ..nn.sparse_linear import SparseLinear
+from . import table
+from .environment import environment
 from .errors import describe_error
 from .options import comma_list
-from .results import provenance
-from .timing import ProfilerTimer, wall_median_ms
+from .timing import ProfilerTimer, Timer, wall_median_ms
 
 VECTORS = ("2", "4", "8")
 SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98)
@@ -48,7 +47,7 @@ class Row:
     impl: str
     vector: int | None
     sparsity: float | None
-    pass_: str
+    step: str
     kernel_ms: float | None = None
     wall_ms: float | None = None
     useful_tflops: float | None = None
@@ -120,10 +119,40 @@ def _forward_backward(module_call, x, grad):
     return step
 
 
+def summary(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """(headers, cells) of a run: per V and sparsity, the forward's and the forward +
+    backward's speed over dense (kernel time) and the forward's useful TFLOP/s, then the
+    forward's crossover sparsity per V."""
+    sparse = [r for r in rows if r.impl == "sparse-linear" and not r.error]
+    levels = sorted({r.sparsity for r in sparse})
+    cells = []
+    cross = crossovers(rows)
+    for v in sorted({r.vector for r in sparse}):
+        line = [f"V = {v}"]
+        for s in levels:
+            by_step = {r.step: r for r in sparse if r.vector == v and r.sparsity == s}
+            fwd, both = by_step.get("forward"), by_step.get("forward+backward")
+            line.append(
+                " / ".join(
+                    "-" if r is None or r.speedup_dense is None else f"{r.speedup_dense:.2f}x"
+                    for r in (fwd, both)
+                )
+                + (
+                    ""
+                    if fwd is None or fwd.useful_tflops is None
+                    else f" ({fwd.useful_tflops:.0f})"
+                )
+            )
+        line.append("never" if cross.get(v) is None else f"{cross[v]:.2f}")
+        cells.append(line)
+    headers = ["", *(f"{s:g}" for s in levels), "crosses dense"]
+    return headers, cells
+
+
 def crossovers(rows: list[Row]) -> dict[int, float | None]:
     """The forward's crossover sparsity against dense per V (module docstring)."""
     out = {}
-    sparse = [r for r in rows if r.impl == "sparse-linear" and r.pass_ == "forward"]
+    sparse = [r for r in rows if r.impl == "sparse-linear" and r.step == "forward"]
     for v in sorted({r.vector for r in sparse}):
         points = sorted(
             (r.sparsity, r.speedup_dense)
@@ -208,10 +237,13 @@ def run(args) -> int:
     for v, s in cross.items():
         print(f"V = {v}: forward crosses dense at sparsity {'never' if s is None else f'{s:.3f}'}")
     if args.csv:
-        _write(args.csv, rows, cross, device, args)
+        env = environment(Timer(device, 1, 3))
+        env["shape"] = f"W {n_out} x {n_in}, {n_tokens} tokens, {args.precision}"
+        env["timer"] = "profiler: summed kernel time per call; wall: host clock per call"
+        table.write_csv(rows, args.csv, env, Row)
     failed = [r for r in rows if r.error]
     for r in failed:
-        print(f"FAILED {r.impl} V={r.vector} sparsity={r.sparsity} {r.pass_}: {r.error}")
+        print(f"FAILED {r.impl} V={r.vector} sparsity={r.sparsity} {r.step}: {r.error}")
     return 1 if failed else 0
 
 
@@ -235,25 +267,7 @@ def _ratio(base: float | None, ms: float | None) -> float | None:
 
 def _line(r: Row) -> str:
     t = r.time()
-    text = f"{r.impl} V={r.vector} sparsity={r.sparsity} {r.pass_}: "
+    text = f"{r.impl} V={r.vector} sparsity={r.sparsity} {r.step}: "
     if r.error:
         return text + f"FAILED {r.error}"
     return text + f"{t:.3f} ms, x{r.speedup_dense:.2f} dense" if t and r.speedup_dense else text
-
-
-def _write(path: Path, rows: list[Row], cross: dict, device: torch.device, args) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    names = [f.name.rstrip("_") for f in fields(Row)]
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(names)
-        for r in rows:
-            writer.writerow(["" if v is None else v for v in asdict(r).values()])
-    stamp = provenance() | {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "shape": f"W {args.out_features} x {args.in_features}, {args.tokens} tokens, "
-        f"{args.precision}",
-        "crossover_sparsity": {str(v): s for v, s in cross.items()},
-    }
-    Path(str(path) + ".json").write_text(json.dumps(stamp, indent=2) + "\n")
