@@ -24,14 +24,11 @@ from .windowed import SlotCoords, csr_inputs
 
 GROUPS = (1, 2, 4, 8)  # rows per strip: the kernel keeps a strip's sums in registers
 
-# The strip height chosen for a pattern (choose_group) is the larger of two:
-# - reuse: the tallest strip whose nonzeros per distinct column (the reads of X it saves) reach
-#   its entry here, else 1; taller strips cost registers and a longer select per nonzero, so
-#   they must save more reads;
-# - packing: the shortest strip holding GROUP_PACK_NNZ nonzeros on average (8 at most), so that
-#   a warp of short rows still has a batch of work.
-GROUP_REUSE = ((8, 1.6), (4, 1.35), (2, 1.15))
-GROUP_PACK_NNZ = 16
+# The strip height chosen for a pattern (choose_group): the tallest strip whose nonzeros per
+# distinct column (the reads of X it saves) reach its entry here, else 1. Taller strips cost a
+# select per nonzero and registers; on the real graphs, whose strips share few columns, p = 1
+# is the faster kernel (docs/TUNING.md, GCOO).
+GROUP_REUSE = ((8, 4.0), (4, 2.5), (2, 1.8))
 
 
 @dataclass
@@ -195,13 +192,10 @@ def column_reuse(indptr, indices, group: int) -> float:
 
 
 def choose_group(indptr, indices) -> int:
-    """The strip height p for a canonical CSR pattern: the larger of the tallest strip of
-    GROUP_REUSE whose column reuse (``column_reuse``) reaches its threshold and the shortest
-    that packs GROUP_PACK_NNZ nonzeros on average. A few sorts of the pattern."""
-    n_rows = max(torch.as_tensor(indptr).numel() - 1, 1)
-    mean = torch.as_tensor(indices).numel() / n_rows
-    packed = next((p for p in GROUPS if p * mean >= GROUP_PACK_NNZ), GROUPS[-1])
+    """The strip height p for a canonical CSR pattern: the tallest strip of GROUP_REUSE whose
+    column reuse (``column_reuse``) reaches its threshold, else 1. A few sorts of the
+    pattern."""
     for group, least in GROUP_REUSE:
-        if group > packed and column_reuse(indptr, indices, group) >= least:
+        if column_reuse(indptr, indices, group) >= least:
             return group
-    return packed
+    return 1

@@ -104,16 +104,20 @@ def test_column_reuse_and_rule():
     assert column_reuse(m.indptr, m.indices, 2) == 2.0
     assert column_reuse(m.indptr, m.indices, 4) == 4.0
     assert choose_group(m.indptr, m.indices) == 8  # reuse 4.0 at p = 8 too
-    # a diagonal: no column is shared; strips of 8 rows only pack its short rows
+    # a diagonal: no column is shared, CSR order
     eye = sp.identity(50, format="csr")
     assert column_reuse(eye.indptr, eye.indices, 8) == 1.0
-    assert choose_group(eye.indptr, eye.indices) == 8
+    assert choose_group(eye.indptr, eye.indices) == 1
+    # pairs of equal rows: reuse 2.0 at p = 2 and p = 4, enough at 2 only
+    pairs = sp.csr_matrix(np.kron(np.eye(4), np.ones((2, 6))))
+    assert column_reuse(pairs.indptr, pairs.indices, 4) == 2.0
+    assert choose_group(pairs.indptr, pairs.indices) == 2
     # rows of 20 distinct columns: no reuse and enough work per row, CSR order
     wide = sp.csr_matrix((np.ones(200), np.arange(200), np.arange(0, 201, 20)), shape=(10, 200))
     assert choose_group(wide.indptr, wide.indices) == 1
-    # rows of 5: strips of 4 hold 20 nonzeros
+    # short rows of distinct columns: the row kernel packs them, no strips
     five = sp.csr_matrix((np.ones(50), np.arange(50), np.arange(0, 51, 5)), shape=(10, 50))
-    assert choose_group(five.indptr, five.indices) == 4
+    assert choose_group(five.indptr, five.indices) == 1
     assert [p for p, _ in GROUP_REUSE] == sorted((p for p in GROUPS if p > 1), reverse=True)
 
 
