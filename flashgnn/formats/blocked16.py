@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .device_builders import check_device
+from .slot_layout import SlotLayout
 from .windowed import SlotCoords, WindowedFormat, csr_inputs
 
 ROWS = 16  # rows per window
@@ -31,7 +32,7 @@ BLOCK = ROWS * COLS
 
 
 @dataclass
-class Blocked16(WindowedFormat):
+class Blocked16(SlotLayout, WindowedFormat):
     """A sparse n_rows x n_cols matrix in the 16x1 blocked format (module docstring)."""
 
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)
@@ -82,21 +83,6 @@ class Blocked16(WindowedFormat):
         if self._coords is None:
             self._coords = decode_slots16(self.row_ptr, self.col_idx, self.vec_mask)
         return self._coords
-
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        c = self.slot_coords()
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[c.row, c.col] = self.values[c.slot]
-        return out
-
-    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """Place values given in CSR nonzero order ([nnz]) into the value layout."""
-        if csr_values.shape != (self.nnz,):
-            raise ValueError(
-                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
-            )
-        return csr_values.new_zeros(self.n_slots).index_copy(0, self.perm, csr_values)
 
     def real_slots(self) -> torch.Tensor:
         """bool [128 * n_blocks]: True on the slots of real nonzeros."""

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .device_builders import check_device
+from .slot_layout import SlotLayout
 from .windowed import MAX_DIM, SlotCoords, WindowedFormat, csr_inputs
 
 VECTORS = (2, 4, 8)  # the vector lengths the encoding defines
 
 
 @dataclass
-class CVSE(WindowedFormat):
+class CVSE(SlotLayout, WindowedFormat):
     """A sparse n_rows x n_cols matrix in the column-vector sparse encoding (module
     docstring); ``vector`` is V, the rows of a strip and of every column vector."""
 
@@ -91,40 +92,6 @@ class CVSE(WindowedFormat):
         if self._coords is None:
             self._coords = decode_cvse_slots(self.row_ptr, self.col_idx, self.vec_mask, self.vector)
         return self._coords
-
-    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
-        from the arrays (the CSR it was built from, exactly)."""
-        c = self.slot_coords()
-        order = torch.argsort(c.row * max(self.n_cols, 1) + c.col)
-        counts = torch.bincount(c.row, minlength=self.n_rows)
-        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, c.col[order], self.values[c.slot[order]]
-
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        c = self.slot_coords()
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[c.row, c.col] = self.values[c.slot]
-        return out
-
-    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """Place values given in CSR nonzero order ([nnz]) into the value layout."""
-        if csr_values.shape != (self.nnz,):
-            raise ValueError(
-                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
-            )
-        return csr_values.new_zeros(self.n_slots).index_copy(0, self.perm, csr_values)
-
-    def with_values(self, values: torch.Tensor) -> CVSE:
-        """The same pattern with other values ([V * n_vectors], the value layout)."""
-        if values.shape != (self.n_slots,):
-            raise ValueError(
-                f"values must have shape ({self.n_slots},) (the value layout), got "
-                f"{tuple(values.shape)}"
-            )
-        return replace(self, values=values)
 
     def to(self, device) -> CVSE:
         device = torch.device(device)

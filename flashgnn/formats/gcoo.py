@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .device_builders import check_device
+from .slot_layout import SlotLayout
 from .windowed import SlotCoords, csr_inputs
 
 GROUPS = (1, 2, 4, 8)  # rows per strip: the kernel keeps a strip's sums in registers
@@ -32,7 +33,7 @@ GROUP_REUSE = ((8, 4.0), (4, 2.5), (2, 1.8))
 
 
 @dataclass
-class GCOO:
+class GCOO(SlotLayout):
     """A sparse n_rows x n_cols matrix in GCOO (module docstring); ``group`` is p, the rows of a
     strip."""
 
@@ -105,38 +106,6 @@ class GCOO:
         """Slot, row and column of every nonzero, ordered by slot."""
         slot = torch.arange(self.nnz, device=self.device)
         return SlotCoords(slot, self.rows.to(torch.int64), self.cols.to(torch.int64))
-
-    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
-        from rows, cols and values (the CSR it was built from, exactly)."""
-        rows, cols = self.rows.to(torch.int64), self.cols.to(torch.int64)
-        order = torch.argsort(rows * max(self.n_cols, 1) + cols)
-        counts = torch.bincount(rows, minlength=self.n_rows)
-        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, cols[order], self.values[order]
-
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[self.rows.to(torch.int64), self.cols.to(torch.int64)] = self.values
-        return out
-
-    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """Place values given in CSR nonzero order ([nnz]) into GCOO order."""
-        if csr_values.shape != (self.nnz,):
-            raise ValueError(
-                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
-            )
-        return torch.empty_like(csr_values).index_copy_(0, self.perm, csr_values)
-
-    def with_values(self, values: torch.Tensor) -> GCOO:
-        """The same pattern with other values ([nnz], GCOO order)."""
-        if values.shape != (self.nnz,):
-            raise ValueError(
-                f"values must have shape ({self.nnz},) (GCOO order), got {tuple(values.shape)}"
-            )
-        return replace(self, values=values)
 
     def to(self, device) -> GCOO:
         device = torch.device(device)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .device_builders import check_device
+from .slot_layout import SlotLayout
 from .storage import Storage
 from .windowed import MAX_DIM, SlotCoords, csr_inputs
 
@@ -45,7 +46,7 @@ DENSE_MIN_NNZ = 192  # ceil(DENSE_FILL * BLOCK_SLOTS)
 
 
 @dataclass
-class HBELL:
+class HBELL(SlotLayout):
     """A sparse n_rows x n_cols matrix in HB-ELL (module docstring)."""
 
     brow_ptr: torch.Tensor
@@ -140,40 +141,6 @@ class HBELL:
                 self.bridx, self.bcidx, self.brow_valptr, self.bcols, self.dense, self.row_mask
             )
         return self._coords
-
-    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
-        from the arrays (the CSR it was built from, exactly)."""
-        c = self.slot_coords()
-        order = torch.argsort(c.row * max(self.n_cols, 1) + c.col)
-        counts = torch.bincount(c.row, minlength=self.n_rows)
-        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, c.col[order], self.values[c.slot[order]]
-
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        c = self.slot_coords()
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[c.row, c.col] = self.values[c.slot]
-        return out
-
-    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """Place values given in CSR nonzero order ([nnz]) into the value layout."""
-        if csr_values.shape != (self.nnz,):
-            raise ValueError(
-                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
-            )
-        return csr_values.new_zeros(self.n_slots).index_copy(0, self.perm, csr_values)
-
-    def with_values(self, values: torch.Tensor) -> HBELL:
-        """The same pattern with other values ([brow_valptr[-1]], the value layout)."""
-        if values.shape != (self.n_slots,):
-            raise ValueError(
-                f"values must have shape ({self.n_slots},) (the value layout), got "
-                f"{tuple(values.shape)}"
-            )
-        return replace(self, values=values)
 
     def to(self, device) -> HBELL:
         device = torch.device(device)

@@ -67,7 +67,7 @@ def test_values_and_moves(rng):
     assert g.to("cpu").group_ptr is not None
     with pytest.raises(ValueError, match="CSR order"):
         g.values_from_csr(csr_vals[:-1])
-    with pytest.raises(ValueError, match="GCOO order"):
+    with pytest.raises(ValueError, match="value layout"):
         g.with_values(placed[:-1])
 
 

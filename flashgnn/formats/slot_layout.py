@@ -1,0 +1,49 @@
+"""What a format whose values sit in a layout of slots reads back from the coordinates of its
+real slots: its CSR, a dense copy, and values moved between CSR order and the layout."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+
+class SlotLayout:
+    """Mixin of a dataclass format that has ``slot_coords()`` (SlotCoords ordered by slot),
+    ``values`` [n_slots], ``perm`` int64 [nnz] (the slot of each nonzero in CSR order),
+    ``n_rows``, ``n_cols``, ``nnz``, ``n_slots`` and ``device``."""
+
+    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
+        from the arrays (the CSR it was built from, exactly)."""
+        c = self.slot_coords()
+        order = torch.argsort(c.row * max(self.n_cols, 1) + c.col)
+        counts = torch.bincount(c.row, minlength=self.n_rows)
+        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
+        indptr[1:] = torch.cumsum(counts, 0)
+        return indptr, c.col[order], self.values[c.slot[order]]
+
+    def to_dense(self) -> torch.Tensor:
+        """Dense [n_rows, n_cols] copy, for small matrices."""
+        c = self.slot_coords()
+        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
+        out[c.row, c.col] = self.values[c.slot]
+        return out
+
+    def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """Place values given in CSR nonzero order ([nnz]) into the value layout (0 in the
+        slots of no nonzero)."""
+        if csr_values.shape != (self.nnz,):
+            raise ValueError(
+                f"expected {self.nnz} values in CSR order, got shape {tuple(csr_values.shape)}"
+            )
+        return csr_values.new_zeros(self.n_slots).index_copy(0, self.perm, csr_values)
+
+    def with_values(self, values: torch.Tensor):
+        """The same pattern with other values ([n_slots], the value layout)."""
+        if values.shape != (self.n_slots,):
+            raise ValueError(
+                f"values must have shape ({self.n_slots},) (the value layout), got "
+                f"{tuple(values.shape)}"
+            )
+        return replace(self, values=values)
