@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 _MAX_ROUNDS = 64
 
@@ -233,17 +234,16 @@ class IGBLike:
         return indptr, src
 
     def features(self, b: int) -> np.ndarray:
-        """float16 [rows, num_features] of block ``b``."""
+        """float16 [rows, num_features] of block ``b``. The noise comes from torch's generator
+        (seeded by (seed, block)), several times faster than numpy's normals: at IGB-large
+        scale a rank draws 25 billion of them."""
         lo, hi = self._bounds(b)
-        rng = np.random.default_rng([self.seed, 3, b])
-        x = np.empty((hi - lo, self.num_features), dtype=np.float16)
-        labels = self.labels(np.arange(lo, hi, dtype=np.int64))
-        step = max(1, (1 << 22) // self.num_features)
-        for start in range(0, hi - lo, step):
-            part = slice(start, min(hi - lo, start + step))
-            noise = rng.standard_normal((part.stop - start, self.num_features), dtype=np.float32)
-            x[part] = self.centres[labels[part]] + noise
-        return x
+        seed = int(np.random.SeedSequence([self.seed, 3, b]).generate_state(1, np.uint64)[0])
+        generator = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
+        labels = torch.from_numpy(self.labels(np.arange(lo, hi, dtype=np.int64)))
+        x = torch.randn((hi - lo, self.num_features), generator=generator, dtype=torch.float16)
+        x += torch.nn.functional.embedding(labels, torch.from_numpy(self.centres).half())
+        return x.numpy()
 
     def rows(self, lo: int, hi: int, features: bool = True):
         """Rows [lo, hi): (indptr int64 [hi - lo + 1], indices int64 source ids, labels int64
