@@ -28,8 +28,9 @@ def load_dataset(
     """Load dataset ``name``, in any spelling of it (``names``: "AmazonProducts",
     "amazon_products" and "amazon-products" are one dataset):
 
-    - "ogbn-arxiv", "ogbn-products", "ogbn-proteins": ogb's layout under ``root``; keyword
-      arguments ``download`` (default True: ogb fetches absent files), ``undirected``.
+    - "ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M": ogb's layout under
+      ``root``; keyword arguments ``download`` (default True: ogb fetches absent files),
+      ``undirected``.
     - "igb-tiny", "igb-small", "igb-medium", "igb-large", "igb-full": IGB's layout
       ``<root>/<size>/processed``; ``num_classes`` (19 or 2983), ``seed``, ``undirected``.
     - "amazon-products": GraphSAINT's four files in ``<root>/amazon-products``.

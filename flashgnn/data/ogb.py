@@ -1,15 +1,18 @@
-"""ogbn-arxiv, ogbn-products and ogbn-proteins, read with the ``ogb`` package from its layout.
+"""ogbn-arxiv, ogbn-products, ogbn-proteins and ogbn-papers100M, read with the ``ogb`` package
+from its layout.
 
 ``<root>/ogbn_<name>/`` holds what ogb's download unpacks: ``RELEASE_v<version>.txt``,
-``raw/*.csv.gz`` and ``split/<split>/{train,valid,test}.csv.gz``. The CSVs are parsed by
-ogb's own reader (``ogb.io.read_graph_raw``, which also adds ogb's inverse edges) and
+``raw/*.csv.gz`` (ogbn-papers100M: ogb's binary ``raw/data.npz`` and ``raw/node-label.npz``)
+and ``split/<split>/{train,valid,test}.csv.gz``. The raw files are parsed by ogb's own readers
+(``ogb.io.read_graph_raw``, which also adds ogb's inverse edges) and
 scores come from ``ogb.nodeproppred.Evaluator``. ogb caches its parse as
 ``processed/data_processed``, a pickle that torch >= 2.6 cannot read with its default
 ``weights_only=True`` (pickle protocol 4 frames, NumPy objects), and that cannot be
 memory-mapped; it is never read here. Instead the converted graph, features and labels go
 to ``processed/flashgnn-<directed|undirected>/*.npy`` once, and later loads memory-map them.
 
-As OGB's examples do: ogbn-arxiv is made undirected; ogbn-products and ogbn-proteins get
+As OGB's examples do: ogbn-arxiv and ogbn-papers100M are made undirected (papers100M's
+unlabelled nodes, NaN in ogb's file, get label -1); ogbn-products and ogbn-proteins get
 both directions from ogb; ogbn-proteins' node features are the mean of the features of
 each node's incoming edges (8 per edge) and its 112 binary tasks are scored by mean
 ROC-AUC.
@@ -28,7 +31,8 @@ from .dataset import Dataset, graph_from_csr, index_mask, missing_files
 from .files import load_npy, reading
 from .metrics import OGBEvaluator
 
-OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins")
+OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M")
+_UNDIRECTED = ("ogbn-arxiv", "ogbn-papers100M")  # the graphs OGB's examples symmetrise
 _CACHED = ("indptr", "indices", "x", "y")
 
 
@@ -53,14 +57,16 @@ def _split_list(text: str) -> list[str]:
 def _expected_files(meta) -> list[str]:
     """The files ogb's download unpacks that are read here, relative to the dataset folder."""
     files = [f"RELEASE_v{meta['version']}.txt"]
+    split = [f"split/{meta['split']}/{part}.csv.gz" for part in ("train", "valid", "test")]
+    if meta["binary"] == "True":
+        return files + ["raw/data.npz", "raw/node-label.npz", *split]
     files += [f"raw/{f}.csv.gz" for f in ("edge", "num-node-list", "num-edge-list", "node-label")]
     if meta["has_node_attr"] == "True":
         files.append("raw/node-feat.csv.gz")
     if meta["has_edge_attr"] == "True":
         files.append("raw/edge-feat.csv.gz")
     files += [f"raw/{f}.csv.gz" for f in _split_list(meta["additional node files"])]
-    files += [f"split/{meta['split']}/{part}.csv.gz" for part in ("train", "valid", "test")]
-    return files
+    return files + split
 
 
 def _absent(folder: Path, files: list[str]) -> list[str]:
@@ -95,10 +101,26 @@ def _mean_incoming(edge_index: np.ndarray, edge_feat: np.ndarray, num_nodes: int
 
 
 def _convert(name: str, meta, folder: Path, undirected: bool, progress) -> dict[str, np.ndarray]:
-    """Parse the raw CSVs with ogb's reader into indptr, indices, x and y."""
+    """Parse the raw files with ogb's readers into indptr, indices, x and y."""
     import pandas as pd
-    from ogb.io.read_graph_raw import read_csv_graph_raw
+    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
 
+    if meta["binary"] == "True":
+        graph = read_binary_graph_raw(str(folder / "raw"))[0]
+        with np.load(folder / "raw" / "node-label.npz") as f:
+            label = f["node_label"].reshape(-1)
+        n = int(graph["num_nodes"])
+        indptr, indices = edges_to_csr(
+            *graph["edge_index"], n, undirected=undirected, progress=progress, desc=name
+        )
+        x = graph["node_feat"]
+        return {
+            "indptr": indptr,
+            "indices": indices,
+            # 16-bit features stay so: papers100M's are 111M x 128
+            "x": x if x.dtype == np.float16 else x.astype(np.float32, copy=False),
+            "y": np.where(np.isnan(label), -1, label).astype(np.int64),
+        }
     graph = read_csv_graph_raw(
         str(folder / "raw"),
         add_inverse_edge=meta["add_inverse_edge"] == "True",
@@ -124,7 +146,7 @@ def _cached_arrays(name, meta, folder: Path, undirected: bool, progress) -> dict
     """The converted arrays, memory-mapped from the cache (built on the first call)."""
     cache = folder / "processed" / f"flashgnn-{'undirected' if undirected else 'directed'}"
     if not all((cache / f"{key}.npy").is_file() for key in _CACHED):
-        with reading(folder / "raw", "ogb's raw CSV files (delete the folder to fetch them again)"):
+        with reading(folder / "raw", "ogb's raw files (delete the folder to fetch them again)"):
             arrays = _convert(name, meta, folder, undirected, progress)
         partial = cache.with_name(cache.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -169,7 +191,7 @@ def load_ogb(
         )
         raise missing_files(folder, absent, f"{name} (ogb layout; {hint})")
     if undirected is None:
-        undirected = name == "ogbn-arxiv"
+        undirected = name in _UNDIRECTED
     arrays = _cached_arrays(name, meta, folder, undirected, progress)
     n = len(arrays["indptr"]) - 1
     split_dir = folder / "split" / meta["split"]

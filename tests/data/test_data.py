@@ -389,3 +389,36 @@ def test_evaluate_checks_logits(data_dir):
     ds = load_dataset("cora", root=data_dir)
     with pytest.raises(ValueError, match=r"\[num_nodes, 7\]"):
         ds.evaluate(torch.zeros(ds.num_nodes, 6))
+
+
+def test_ogb_papers100m_binary_layout_symmetrised_with_unlabelled_nodes(tmp_path, rng):
+    """ogb's binary layout (raw/data.npz, raw/node-label.npz with NaN for the unlabelled),
+    as its papers100M download unpacks it, at a tiny size."""
+    n, folder = 50, tmp_path / "ogbn_papers100M"
+    src, dst = rng.integers(0, n, 160), rng.integers(0, n, 160)
+    keep = src != dst
+    edge_index = np.stack([src[keep], dst[keep]])
+    x = rng.standard_normal((n, 4)).astype(np.float16)
+    label = rng.integers(0, 172, n).astype(np.float64)
+    label[rng.random(n) < 0.3] = np.nan
+    (folder / "raw").mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text("tiny test copy\n")
+    np.savez(
+        folder / "raw" / "data.npz",
+        edge_index=edge_index,
+        num_nodes_list=np.array([n]),
+        num_edges_list=np.array([edge_index.shape[1]]),
+        node_feat=x,
+        node_year=rng.integers(1990, 2020, (n, 1)),
+    )
+    np.savez(folder / "raw" / "node-label.npz", node_label=label[:, None])
+    perm = rng.permutation(np.flatnonzero(~np.isnan(label)))  # the splits hold labelled nodes
+    for part, idx in {"train": perm[:15], "valid": perm[15:25], "test": perm[25:]}.items():
+        _write_csv_gz(folder / "split" / "time" / f"{part}.csv.gz", idx, "%d")
+    ds = load_dataset("ogbn-papers100M", root=tmp_path, download=False, progress=False)
+    assert_graph(ds.graph, *expected_csr(edge_index[0], edge_index[1], n, undirected=True))
+    assert ds.x.dtype == torch.float16
+    np.testing.assert_array_equal(ds.x.numpy(), x)
+    np.testing.assert_array_equal(ds.y.numpy(), np.where(np.isnan(label), -1, label))
+    assert ds.num_classes == 172 and ds.metric == "accuracy"
+    np.testing.assert_array_equal(ds.val_mask.nonzero()[:, 0].numpy(), np.sort(perm[15:25]))
