@@ -38,6 +38,10 @@ BENCHMARKS = {
         "flashgnn.benchmarking.sparse_linear",
         "SparseLinear forward and backward against cuBLAS dense on pruned weights",
     ),
+    "distributed": (
+        "flashgnn.benchmarking.distributed",
+        "strong scaling of a training config over 1, 2, 4, ... processes",
+    ),
     "report": (
         "flashgnn.benchmarking.report",
         "Markdown tables and PNG plots from the benchmarks' CSV files",

@@ -18,6 +18,8 @@ from pathlib import Path
 from . import table
 from .ablation import AblationRow
 from .ablation import summary as ablation_summary
+from .distributed import ScalingRow
+from .distributed import summary as scaling_summary
 from .graphs import GENERATED
 from .kernels import OPS
 from .kernels import summary as kernel_summary
@@ -167,6 +169,14 @@ the papers' claims checked on this GPU, then one line per backend (geomeans of k
 dense layer (torch.matmul, cuBLAS) in the same storage type: per V and sparsity (the fraction of
 W's vectors pruned), forward / forward + backward over dense by kernel time, the forward's
 useful TFLOP/s in brackets, and the sparsity from which the forward beats dense.""",
+    ),
+    "distributed": (
+        "Several GPUs: strong scaling",
+        """\
+One training config (in the stamp) on 1, 2, 4, ... processes, one GPU each: mean epoch time
+after the first, efficiency t1 / (P tP), and for a partitioned run the bytes a training step
+receives on the busiest rank against their lower bound (each halo row once each way), the
+halo rows, the edge cut and the largest peak GPU memory of a rank.""",
     ),
 }
 SOURCE = {"format build": "kernels"}  # sections built from another benchmark's CSV
@@ -492,6 +502,11 @@ def sparse_linear_table(path: Path) -> list[str]:
     return [table.markdown_table(*sparse_linear_summary(table.read_csv(path, SparseLinearRow)))]
 
 
+def distributed_table(path: Path) -> list[str]:
+    """``distributed.summary`` of the run."""
+    return [table.markdown_table(*scaling_summary(table.read_csv(path, ScalingRow)))]
+
+
 CHANGE = {
     "kernels": kernels_change,
     "layers": model_change,
@@ -507,4 +522,5 @@ RENDER = {
     "ablation": ablation_table,
     "seeds": seeds_table,
     "sparse-linear": sparse_linear_table,
+    "distributed": distributed_table,
 }

@@ -1,0 +1,64 @@
+"""flashgnn bench distributed: its options, the rows it reads from a run's summary, the
+efficiency, and a run on one and two CPU processes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from flashgnn.benchmarking import distributed as bench
+
+
+def test_device_counts_are_sorted_positive_and_checked():
+    assert bench.device_counts("4,1,2,2") == [1, 2, 4]
+    for bad in ("", "0,2", "two", "-1"):
+        with pytest.raises(ValueError, match="--devices"):
+            bench.device_counts(bad)
+
+
+def test_a_row_reads_the_busiest_rank_and_the_efficiency_the_one_process_time():
+    ranks = [
+        {
+            "peak_gpu_memory_mb": 10.0,
+            "step_bytes_received": 3e6,
+            "step_bytes_lower_bound": 3e6,
+            "num_halo": 7,
+            "edge_cut": 40,
+            "num_edges": 100,
+        },
+        {
+            "peak_gpu_memory_mb": 12.0,
+            "step_bytes_received": 5e6,
+            "step_bytes_lower_bound": 4e6,
+            "num_halo": 9,
+            "edge_cut": 40,
+            "num_edges": 100,
+        },
+    ]
+    two = bench.row_from_summary("c", 2, {"epoch_time_s": 0.06, "distributed": {"ranks": ranks}})
+    assert (two.step_mb_received, two.step_mb_lower_bound, two.halo_rows) == (5.0, 4.0, 9)
+    assert (two.edge_cut, two.num_edges, two.peak_gpu_mb) == (40, 100, 12.0)
+    one = bench.row_from_summary("c", 1, {"epoch_time_s": 0.1, "peak_gpu_memory_mb": 20.0})
+    assert one.step_mb_received is None and one.peak_gpu_mb == 20.0
+    rows = bench.with_efficiency([one, two])
+    assert rows[0].efficiency == pytest.approx(1.0)
+    assert rows[1].efficiency == pytest.approx(0.1 / (2 * 0.06))
+
+
+def test_runs_one_and_two_cpu_processes(tmp_path):
+    out = tmp_path / "scaling.csv"
+    cmd = [sys.executable, "-m", "flashgnn", "bench", "distributed"]
+    cmd += ["--config", "configs/gcn-synthetic-small.yaml", "--devices", "1,2", "--epochs", "2"]
+    cmd += ["--device", "cpu", "--csv", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    assert [r["devices"] for r in rows] == ["1", "2"] and not any(r["error"] for r in rows)
+    assert float(rows[1]["step_mb_received"]) > 0 and int(rows[1]["halo_rows"]) > 0
+    assert float(rows[0]["efficiency"]) == pytest.approx(1.0)
+    stamp = json.loads((tmp_path / "scaling.csv.json").read_text())
+    assert stamp["config"].endswith("gcn-synthetic-small.yaml") and "cpu" in stamp
