@@ -7,8 +7,10 @@ Per point: the mean epoch time after the first (the loop's ``epoch_time_s``: one
 step, host clock), the efficiency against the one-process point (t1 / (P tP)), and for a
 partitioned run, from the ranks' reports in ``summary.json``: the bytes a training step
 receives on the busiest rank (forward exchanges and their reverse in the backward) and their
-lower bound (every halo row once each way), the halo rows, the edge cut, and the largest peak
-GPU memory of a rank.
+lower bound (every halo row once each way), the time of the forward's exchanges that the
+layers wait for on that rank (``distributed.time_exchanges``; with ``distributed.overlap``
+on, GCN's overlapped exchanges are left out) and their rate, the halo rows,
+the edge cut, and the largest peak GPU memory of a rank.
 
     flashgnn bench distributed --config configs/gcn-igb-medium-4gpu.yaml --devices 1,2,4 \\
         --results benchmarks/results
@@ -38,6 +40,8 @@ class ScalingRow:
     efficiency: float | None = None
     step_mb_received: float | None = None
     step_mb_lower_bound: float | None = None
+    exchange_ms: float | None = None
+    exchange_gb_per_s: float | None = None
     halo_rows: int | None = None
     edge_cut: int | None = None
     num_edges: int | None = None
@@ -90,6 +94,16 @@ def row_from_summary(config: str, devices: int, summary: dict) -> ScalingRow:
         row.step_mb_received = busiest["step_bytes_received"] / 1e6
         row.step_mb_lower_bound = busiest["step_bytes_lower_bound"] / 1e6
         row.halo_rows = max(r["num_halo"] for r in parts)
+        timed = busiest.get("exchanges_timed") or []
+        if timed:
+            row.exchange_ms = sum(e["ms"] for e in timed)
+            moved = sum(
+                e["rows_received"]
+                * e["width"]
+                * torch.empty(0, dtype=getattr(torch, e["dtype"])).element_size()
+                for e in timed
+            )
+            row.exchange_gb_per_s = moved / row.exchange_ms / 1e6 if row.exchange_ms else None
         row.edge_cut = parts[0]["edge_cut"]
         row.num_edges = parts[0]["num_edges"]
     return row
@@ -116,6 +130,7 @@ def summary(rows: list[ScalingRow]) -> tuple[list[str], list[list[str]]]:
         "efficiency",
         "MB a step (busiest rank)",
         "lower bound MB",
+        "forward exchanges ms (GB/s)",
         "halo rows",
         "edge cut",
         "peak GPU MB",
@@ -128,6 +143,8 @@ def summary(rows: list[ScalingRow]) -> tuple[list[str], list[list[str]]]:
             num(r.efficiency, ".0%"),
             num(r.step_mb_received, ".0f"),
             num(r.step_mb_lower_bound, ".0f"),
+            num(r.exchange_ms, ".2f")
+            + ("" if r.exchange_gb_per_s is None else f" ({r.exchange_gb_per_s:.0f})"),
             num(r.halo_rows, ","),
             num(r.edge_cut, ","),
             num(r.peak_gpu_mb, ".0f"),
@@ -153,6 +170,7 @@ def _run_point(args, devices: int, folder: Path) -> ScalingRow:
         f"train.device={args.device}",
         f"train.epochs={args.epochs}",
         f"train.eval_every={args.epochs + 1}",
+        "distributed.time_exchanges=true",
         *args.set,
     ]
     try:

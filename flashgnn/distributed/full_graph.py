@@ -276,14 +276,19 @@ class FullGraphPartition:
             return full
         return full.index_select(0, self.new_of_old.to(full.device))
 
-    def wrap(self, model: torch.nn.Module, *, overlap: bool = False) -> torch.nn.Module:
+    def wrap(
+        self, model: torch.nn.Module, *, overlap: bool = False, time_exchanges: bool = False
+    ) -> torch.nn.Module:
         """Collective: ``model`` (a GCN, AGNN or GAT of ``flashgnn.models``, on this
         partition's device) as a module whose ``forward(graph, x_own)`` (``graph`` must be
         ``self.graph``) returns the own nodes' outputs, each graph layer preceded by the halo
         exchange of its input. The parameters and buffers are broadcast from the group's
         first rank, so that every replica starts equal. ``overlap``: GCN layers aggregate the
-        own sources while the halo rows travel (``flashgnn.distributed.model``)."""
-        return FullGraphModel(self, model, overlap=overlap)
+        own sources while the halo rows travel (``flashgnn.distributed.model``);
+        ``time_exchanges``: the exchanges a forward waits for are timed (``exchange_ms``)."""
+        wrapped = FullGraphModel(self, model, overlap=overlap)
+        wrapped.time_exchanges = time_exchanges
+        return wrapped
 
 
 def _check_part_ptr(part_ptr, world: int) -> Tensor:

@@ -20,6 +20,8 @@ moves its version and they are exchanged again).
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -61,6 +63,8 @@ class FullGraphModel(nn.Module):
         self.partition = partition
         self.overlap = bool(overlap)
         self._forward = forwards[kind]
+        # time each exchange of a forward that waits for it (exchange_ms); off, no event is made
+        self.time_exchanges = False
         self._x_halo = None  # (partition.x's version, [x_own; x_halo])
         self._values: dict = {}
         self._halo_replay: dict[int, NodeReplay] = {}  # the halo parts' replay, per layer
@@ -129,11 +133,30 @@ class FullGraphModel(nn.Module):
         cached = h is part.x and not h.requires_grad
         self.exchanges.append({"width": h.shape[1], "dtype": h.dtype, "cached": cached})
         if not cached:
-            return exchange(h, part.plan)
+            if not self.time_exchanges:
+                return exchange(h, part.plan)
+            start = _Clock(h.device)
+            out = exchange(h, part.plan)
+            self.exchanges[-1]["clock"] = start.stop()
+            return out
         if self._x_halo is None or self._x_halo[0] != h._version:
             with torch.no_grad():
                 self._x_halo = (h._version, exchange(h, part.plan))
         return self._x_halo[1]
+
+    def exchange_ms(self) -> list[dict]:
+        """The timed exchanges of the last forward (``time_exchanges``): per exchange its
+        width, dtype name, rows received and ms (waits for the GPU)."""
+        return [
+            {
+                "width": e["width"],
+                "dtype": str(e["dtype"]).removeprefix("torch."),
+                "rows_received": self.partition.num_halo,
+                "ms": e["clock"].ms(),
+            }
+            for e in self.exchanges
+            if "clock" in e
+        ]
 
     def _gcn_layer(self, i: int, layer: GCNConv, h: Tensor) -> Tensor:
         """``layer`` (a GCNConv) on [h; halo rows], with the normalisation of the whole graph.
@@ -238,6 +261,32 @@ class FullGraphModel(nn.Module):
                 values = target.edge_values(per_edge[chosen], k)
             self._values[key] = values
         return self._values[key]
+
+
+class _Clock:
+    """The time from its creation to ``stop()`` on ``device``'s current stream (CUDA events),
+    or by the host's clock on the CPU, where gloo's collectives return when done."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.start.record()
+        else:
+            self.start = time.perf_counter()
+
+    def stop(self) -> _Clock:
+        if self.cuda:
+            self.end.record()
+        else:
+            self.end = time.perf_counter()
+        return self
+
+    def ms(self) -> float:
+        if self.cuda:
+            self.end.synchronize()
+            return self.start.elapsed_time(self.end)
+        return 1e3 * (self.end - self.start)
 
 
 def _project(h: Tensor, weight: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ A config has four sections and two top-level keys::
     model: {name: gcn, ...}      # build_model's name and keyword arguments
     train: {epochs, lr, weight_decay, patience, precision, seed, device, devices, eval_every,
             progress, cuda_graph, batch_size, fanouts}
-    distributed: {partition, overlap, timeout_s}  # runs of train.devices > 1 processes
+    distributed: {partition, overlap, timeout_s, time_exchanges}  # train.devices > 1 runs
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
 
@@ -55,7 +55,12 @@ DEFAULTS = {
     # ("contiguous" id ranges, "degree"-balanced ranges, or "metis" through pymetis), whether
     # the halo exchange overlaps the local part of each aggregation, and the seconds a
     # collective waits for its peers before the run fails (null: 300 on CUDA, 60 on the CPU)
-    "distributed": {"partition": "contiguous", "overlap": True, "timeout_s": None},
+    "distributed": {
+        "partition": "contiguous",
+        "overlap": True,
+        "timeout_s": None,
+        "time_exchanges": False,
+    },
     "output": {"root": "runs", "dir": None},
 }
 PARTITIONS = ("contiguous", "degree", "metis")
@@ -262,6 +267,12 @@ def resolve_config(config: dict) -> dict:
         d["partition"],
     )
     _require(isinstance(d["overlap"], bool), "distributed.overlap", "true or false", d["overlap"])
+    _require(
+        isinstance(d["time_exchanges"], bool),
+        "distributed.time_exchanges",
+        "true or false",
+        d["time_exchanges"],
+    )
     _require(
         d["timeout_s"] is None or (_is_finite(d["timeout_s"]) and d["timeout_s"] > 0),
         "distributed.timeout_s",

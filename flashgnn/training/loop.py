@@ -633,6 +633,8 @@ def _rank_report(ranks: Ranks, data, net, peak_gpu_mb: float | None) -> dict:
         report["step_bytes_received"] = 2 * part.num_halo * sum(row_bytes)
         report["step_bytes_sent"] = 2 * stats["halo_rows_sent"] * sum(row_bytes)
         report["step_bytes_lower_bound"] = report["step_bytes_received"]
+        if getattr(net, "time_exchanges", False):
+            report["exchanges_timed"] = net.exchange_ms()
     return report
 
 

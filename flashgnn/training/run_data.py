@@ -216,6 +216,8 @@ def partitioned(
         load_seconds,
         graph_seconds,
         scores,
-        wrap=lambda model: part.wrap(model, overlap=d["overlap"]),
+        wrap=lambda model: part.wrap(
+            model, overlap=d["overlap"], time_exchanges=d["time_exchanges"]
+        ),
         partition=part,
     )

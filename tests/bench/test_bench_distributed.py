@@ -34,6 +34,10 @@ def test_a_row_reads_the_busiest_rank_and_the_efficiency_the_one_process_time():
             "peak_gpu_memory_mb": 12.0,
             "step_bytes_received": 5e6,
             "step_bytes_lower_bound": 4e6,
+            "exchanges_timed": [
+                {"width": 100, "dtype": "float16", "rows_received": 9, "ms": 0.5},
+                {"width": 50, "dtype": "float32", "rows_received": 9, "ms": 0.25},
+            ],
             "num_halo": 9,
             "edge_cut": 40,
             "num_edges": 100,
@@ -42,6 +46,8 @@ def test_a_row_reads_the_busiest_rank_and_the_efficiency_the_one_process_time():
     two = bench.row_from_summary("c", 2, {"epoch_time_s": 0.06, "distributed": {"ranks": ranks}})
     assert (two.step_mb_received, two.step_mb_lower_bound, two.halo_rows) == (5.0, 4.0, 9)
     assert (two.edge_cut, two.num_edges, two.peak_gpu_mb) == (40, 100, 12.0)
+    assert two.exchange_ms == pytest.approx(0.75)
+    assert two.exchange_gb_per_s == pytest.approx((9 * 100 * 2 + 9 * 50 * 4) / 0.75 / 1e6)
     one = bench.row_from_summary("c", 1, {"epoch_time_s": 0.1, "peak_gpu_memory_mb": 20.0})
     assert one.step_mb_received is None and one.peak_gpu_mb == 20.0
     rows = bench.with_efficiency([one, two])
@@ -53,12 +59,14 @@ def test_runs_one_and_two_cpu_processes(tmp_path):
     out = tmp_path / "scaling.csv"
     cmd = [sys.executable, "-m", "flashgnn", "bench", "distributed"]
     cmd += ["--config", "configs/gcn-synthetic-small.yaml", "--devices", "1,2", "--epochs", "2"]
-    cmd += ["--device", "cpu", "--csv", str(out)]
+    # overlapped exchanges are not timed: without overlap, every exchange is
+    cmd += ["--device", "cpu", "--set", "distributed.overlap=false", "--csv", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader(out.open()))
     assert [r["devices"] for r in rows] == ["1", "2"] and not any(r["error"] for r in rows)
     assert float(rows[1]["step_mb_received"]) > 0 and int(rows[1]["halo_rows"]) > 0
+    assert float(rows[1]["exchange_ms"]) > 0
     assert float(rows[0]["efficiency"]) == pytest.approx(1.0)
     stamp = json.loads((tmp_path / "scaling.csv.json").read_text())
     assert stamp["config"].endswith("gcn-synthetic-small.yaml") and "cpu" in stamp
