@@ -48,10 +48,6 @@ class GCOO(SlotLayout):
     group: int
 
     @property
-    def nnz(self) -> int:
-        return self.cols.numel()
-
-    @property
     def n_slots(self) -> int:
         """Entries of the value layout: one per nonzero."""
         return self.nnz
@@ -59,14 +55,6 @@ class GCOO(SlotLayout):
     @property
     def n_groups(self) -> int:
         return self.group_ptr.numel() - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
     @classmethod
     def from_csr(

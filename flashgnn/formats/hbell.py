@@ -64,10 +64,6 @@ class HBELL(SlotLayout):
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)
 
     @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
     def n_brows(self) -> int:
         return self.brow_ptr.numel() - 1
 
@@ -88,14 +84,6 @@ class HBELL(SlotLayout):
     @property
     def n_dense_blocks(self) -> int:
         return int(self.dense.sum())
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
     @classmethod
     def from_csr(

@@ -11,7 +11,19 @@ import torch
 class SlotLayout:
     """Mixin of a dataclass format that has ``slot_coords()`` (SlotCoords ordered by slot),
     ``values`` [n_slots], ``perm`` int64 [nnz] (the slot of each nonzero in CSR order),
-    ``n_rows``, ``n_cols``, ``nnz``, ``n_slots`` and ``device``."""
+    ``n_rows``, ``n_cols`` and ``n_slots``."""
+
+    @property
+    def nnz(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
 
     def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
