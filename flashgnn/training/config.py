@@ -63,7 +63,7 @@ DEFAULTS = {
     },
     "output": {"root": "runs", "dir": None},
 }
-PARTITIONS = ("contiguous", "degree", "metis")
+PARTITIONS = ("contiguous", "degree", "metis", "label-propagation")
 _FREE_SECTIONS = ("dataset", "model")  # keyword arguments checked by the loader / model
 
 

@@ -42,7 +42,7 @@ def fake_pymetis(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("method", ["contiguous", "degree", "metis"])
+@pytest.mark.parametrize("method", ["contiguous", "degree", "metis", "label-propagation"])
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])
 def test_every_node_in_one_part(method, parts, fake_pymetis):
     g = random_graph(50, 300, seed=parts)
@@ -51,6 +51,43 @@ def test_every_node_in_one_part(method, parts, fake_pymetis):
     assert int(part.min()) >= 0 and int(part.max()) < parts
     assert torch.bincount(part, minlength=parts).min() >= 1  # no empty part
     assert torch.equal(part, partition_nodes(g, parts, method))  # deterministic
+
+
+def planted_graph(n: int, parts: int, edges: int, inside: float, seed: int):
+    """A graph of ``parts`` planted communities of shuffled ids: each in-edge's source is in
+    its destination's community with probability ``inside``. Returns (graph, community)."""
+    rng = np.random.default_rng(seed)
+    community = rng.permutation(np.repeat(np.arange(parts), -(-n // parts))[:n])
+    by_community = np.argsort(community, kind="stable")  # members of 0, then of 1, ...
+    sizes = np.bincount(community, minlength=parts)
+    starts = np.cumsum(sizes) - sizes
+    dst = rng.integers(0, n, edges)
+    pick = rng.integers(0, n, edges)
+    c = community[dst]
+    same = rng.random(edges) < inside
+    src = np.where(same, by_community[starts[c] + pick % sizes[c]], pick)
+    key = np.unique(dst * n + src)
+    key = key[key // n != key % n]
+    return Graph.from_edge_index(torch.from_numpy(np.stack([key % n, key // n])), n), community
+
+
+def edge_cut(g: Graph, part: torch.Tensor) -> float:
+    rows = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+    return float((part[rows] != part[g.indices]).double().mean())
+
+
+def test_label_propagation_finds_planted_communities_within_the_balance():
+    g, community = planted_graph(6000, 4, 60000, inside=0.8, seed=3)
+    part = partition_nodes(g, 4, "label-propagation")
+    contiguous = partition_nodes(g, 4, "contiguous")
+    # the planted cut is 0.2 * 3 / 4 = 0.15; ids are shuffled, so ranges cut 3 / 4 of the edges
+    assert edge_cut(g, contiguous) > 0.7
+    assert edge_cut(g, part) < 0.2
+    sizes = torch.bincount(part, minlength=4)
+    assert int(sizes.max()) <= -(-1.05 * 6000 // 4) and int(sizes.min()) >= 0.95 * 6000 // 4
+    # each part is mostly one community
+    agree = sum(np.bincount(community[part.numpy() == p]).max() for p in range(4))
+    assert agree > 0.9 * 6000
 
 
 def test_contiguous_and_degree_are_id_ranges():
