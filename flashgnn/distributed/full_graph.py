@@ -100,7 +100,7 @@ class FullGraphPartition:
             dist.broadcast(part, src=first_rank(group), group=group)
             part = part.cpu()
         else:
-            part = partition_nodes(graph, world, method, seed)
+            part = partition_nodes(graph, world, method, seed, device=device)
         new_of_old, old_of_new, part_ptr = renumbering(part, world)
         lo, hi = int(part_ptr[rank]), int(part_ptr[rank + 1])
         indptr, indices, weight = rows_of_part(graph, old_of_new, new_of_old, lo, hi)

@@ -16,7 +16,9 @@ PROPAGATION_ROUNDS = 40
 PROPAGATION_SLACK = 0.05  # a part may hold this fraction more or fewer nodes than n / parts
 
 
-def partition_nodes(graph: Graph, parts: int, method: str = "metis", seed: int = 0) -> torch.Tensor:
+def partition_nodes(
+    graph: Graph, parts: int, method: str = "metis", seed: int = 0, device=None
+) -> torch.Tensor:
     """The part of every node, int64 [num_nodes] on the CPU, values in [0, parts).
 
     ``method``: "metis" minimises the edge cut with METIS (``pymetis``, the ``distributed``
@@ -24,9 +26,9 @@ def partition_nodes(graph: Graph, parts: int, method: str = "metis", seed: int =
     the ids into ``parts`` ranges of equal node counts (within one); "degree" splits them into
     ranges of about equal in-edge counts (each part keeps at least one node);
     "label-propagation" starts from "contiguous" and moves nodes to the part most of their
-    in-neighbours are in (``label_propagation``), on the graph's device, for graphs too large
-    for METIS or where pymetis is absent. Deterministic: the same graph and arguments give the
-    same parts."""
+    in-neighbours are in (``label_propagation``), on ``device`` (default: the graph's), for
+    graphs too large for METIS or where pymetis is absent. Deterministic: the same graph and
+    arguments give the same parts."""
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a flashgnn.Graph, got {type(graph).__name__}")
     n = graph.num_nodes  # a bipartite graph has no node set to partition: raises ValueError
@@ -39,7 +41,8 @@ def partition_nodes(graph: Graph, parts: int, method: str = "metis", seed: int =
     if method == "metis":
         return _metis(graph, int(parts), seed)
     if method == "label-propagation":
-        return label_propagation(graph.indptr, graph.indices, int(parts)).cpu()
+        on = graph.indptr.device if device is None else torch.device(device)
+        return label_propagation(graph.indptr.to(on), graph.indices.to(on), int(parts)).cpu()
     if method == "contiguous":
         weight = torch.ones(n, dtype=torch.int64)
     else:
