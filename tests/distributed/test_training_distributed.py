@@ -1,8 +1,5 @@
 """Training runs of several processes: full-graph runs against the one-process run, rank 0's
-checkpoint resumed on 1 and on 2 ranks, a rank failing mid-run, rank 0's run folder.
-
-The full-graph tests but the stand-in's need ``flashgnn.distributed.FullGraphPartition`` and
-``all_reduce_gradients``."""
+checkpoint resumed on 1 and on 2 ranks, a rank failing mid-run, rank 0's run folder."""
 
 from __future__ import annotations
 
