@@ -245,26 +245,37 @@ class IGBLike:
         x += torch.nn.functional.embedding(labels, torch.from_numpy(self.centres).half())
         return x.numpy()
 
+    def rows_of(self, nodes: np.ndarray, features: bool = True):
+        """The rows of ``nodes`` (int64, ascending, distinct): (indptr int64 [len + 1], indices
+        int64 source ids, labels int64 [len], split int8 [len], features float16 [len, F] or
+        None), built from the blocks that hold them, one block at a time beside the result."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if nodes.size and (nodes[0] < 0 or nodes[-1] >= self.n or np.any(np.diff(nodes) <= 0)):
+            raise ValueError(f"nodes must be ascending distinct ids of the {self.n} nodes")
+        parts, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(1, dtype=np.int64)]
+        split = np.empty(nodes.size, dtype=np.int8)
+        x = np.empty((nodes.size, self.num_features), dtype=np.float16) if features else None
+        block_of = nodes // BLOCK_NODES
+        for b in np.unique(block_of):
+            at = np.flatnonzero(block_of == b)
+            local = nodes[at] - b * BLOCK_NODES
+            indptr, src = self.block(int(b))
+            starts, lengths = indptr[local], indptr[local + 1] - indptr[local]
+            counts.append(lengths)
+            placed = np.cumsum(lengths) - lengths  # where each row's edges go in the result
+            take = np.repeat(starts - placed, lengths) + np.arange(int(lengths.sum()))
+            parts.append(src[take])
+            split[at] = self.split(int(b))[local]
+            if features:
+                x[at] = self.features(int(b))[local]
+        labels = self.labels(nodes)
+        return np.cumsum(np.concatenate(counts)), np.concatenate(parts), labels, split, x
+
     def rows(self, lo: int, hi: int, features: bool = True):
-        """Rows [lo, hi): (indptr int64 [hi - lo + 1], indices int64 source ids, labels int64
-        [hi - lo], split int8 [hi - lo], features float16 [hi - lo, F] or None), built from
-        the blocks that hold them, one block's edges at a time beside the result."""
+        """``rows_of`` the nodes lo .. hi - 1."""
         if not 0 <= lo <= hi <= self.n:
             raise ValueError(f"rows [{lo}, {hi}) are not a range of the {self.n} nodes")
-        parts, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(1, dtype=np.int64)]
-        split = np.empty(hi - lo, dtype=np.int8)
-        x = np.empty((hi - lo, self.num_features), dtype=np.float16) if features else None
-        for b in range(lo // BLOCK_NODES, -(-hi // BLOCK_NODES)):
-            start = b * BLOCK_NODES
-            a, z = max(lo, start) - start, min(hi, start + BLOCK_NODES) - start
-            indptr, src = self.block(b)
-            parts.append(src[indptr[a] : indptr[z]])
-            counts.append(np.diff(indptr[a : z + 1]))
-            split[start + a - lo : start + z - lo] = self.split(b)[a:z]
-            if features:
-                x[start + a - lo : start + z - lo] = self.features(b)[a:z]
-        labels = self.labels(np.arange(lo, hi, dtype=np.int64))
-        return np.cumsum(np.concatenate(counts)), np.concatenate(parts), labels, split, x
+        return self.rows_of(np.arange(lo, hi, dtype=np.int64), features)
 
     def split_sizes(self) -> tuple[int, int, int]:
         """Nodes in train, val and test of the whole graph (the splits alone, no edges)."""

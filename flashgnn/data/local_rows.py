@@ -136,27 +136,25 @@ def _tensors(info, own, indptr, indices, x, y, split_masks) -> LocalRows:
     )
 
 
-def generated_igb_rows(
-    size: str,
-    rank: int,
-    world: int,
-    num_nodes: int | None = None,
-    num_edges: int | None = None,
-    **kw,
-) -> LocalRows:
-    """Rank ``rank``'s rows of the generated IGB-like graph of ``size`` ("medium", "large";
-    ``num_nodes``/``num_edges`` override its size, the rest are ``IGBLike``'s keywords)."""
+def generated_igb(
+    size: str, num_nodes: int | None = None, num_edges: int | None = None, **kw
+) -> IGBLike:
+    """The generated IGB-like graph of ``size`` ("medium", "large"; ``num_nodes`` /
+    ``num_edges`` override its size, the rest are ``IGBLike``'s keywords)."""
     if size not in GENERATED_IGB:
         raise ValueError(
             f"unknown generated IGB size {size!r}; choose one of {list(GENERATED_IGB)}"
         )
     n, e = GENERATED_IGB[size]
-    graph = IGBLike(
+    return IGBLike(
         n if num_nodes is None else num_nodes, e if num_edges is None else num_edges, **kw
     )
-    lo, hi = own_range(graph.n, rank, world)
-    indptr, indices, labels, split, x = graph.rows(lo, hi)
-    sizes = graph.split_sizes()
+
+
+def generated_igb_nodes(size: str, graph: IGBLike, own: np.ndarray) -> LocalRows:
+    """The rows of the nodes ``own`` (ascending ids) of ``graph``, the generated IGB-like
+    graph of ``size``."""
+    indptr, indices, labels, split, x = graph.rows_of(own)
     info = DatasetInfo(
         f"generated-igb-{size}",
         graph.n,
@@ -164,10 +162,31 @@ def generated_igb_rows(
         graph.num_classes,
         False,
         "accuracy",
-        sizes,
+        graph.split_sizes(),
     )
     masks = [split == k for k in range(3)]
-    return _tensors(info, np.arange(lo, hi), indptr, indices, x, labels, masks)
+    return _tensors(info, own, indptr, indices, x, labels, masks)
+
+
+def generated_igb_rows(size: str, rank: int, world: int, **kw) -> LocalRows:
+    """Rank ``rank``'s contiguous rows of the generated IGB-like graph of ``size``
+    (``generated_igb``'s keywords)."""
+    graph = generated_igb(size, **kw)
+    lo, hi = own_range(graph.n, rank, world)
+    return generated_igb_nodes(size, graph, np.arange(lo, hi, dtype=np.int64))
+
+
+def generated_igb_structure(section: dict) -> tuple[IGBLike, str, np.ndarray, np.ndarray]:
+    """(graph, size, indptr, indices) of every row of the generated IGB-like graph a config's
+    dataset section names, without features: what a partition other than contiguous ranges
+    is computed from, on every rank."""
+    family = _family(section["name"])
+    if family is None or family[0] != "generated-igb":
+        raise ValueError(f"dataset {section['name']!r} is not a generated IGB-like graph")
+    size = family[1]
+    graph = generated_igb(size, **{k: v for k, v in section.items() if k != "name"})
+    indptr, indices, *_ = graph.rows(0, graph.n, features=False)
+    return graph, size, indptr, indices
 
 
 def igb_rows(

@@ -138,6 +138,44 @@ def whole_graph(
     )
 
 
+def _generated_partition(cfg: dict, ranks: Ranks, k: int, tic: float):
+    """(partition, info, load seconds, the clock when the partition's build began) of a
+    generated IGB-like graph split by a method other
+    than contiguous ranges: every rank generates the whole structure (no features), computes
+    the same parts on its device, then generates its own nodes' rows and features."""
+    from ..distributed import FullGraphPartition, partition_nodes, renumbering
+
+    section, d = cfg["dataset"], cfg["distributed"]
+    if not section["name"].lower().replace("_", "-").startswith("generated-igb-"):
+        raise ConfigError(
+            f"dataset {section['name']!r} is read rank by rank, which needs "
+            f"distributed.partition=contiguous, got {d['partition']!r}"
+        )
+    graph, size, indptr, indices = local_rows.generated_igb_structure(section)
+    structure = Graph.from_csr(torch.from_numpy(indptr), torch.from_numpy(indices), graph.n)
+    part = partition_nodes(structure, ranks.world, d["partition"], device=ranks.device)
+    del structure
+    new_of_old, old_of_new, part_ptr = renumbering(part, ranks.world)
+    lo, hi = int(part_ptr[ranks.rank]), int(part_ptr[ranks.rank + 1])
+    rows = local_rows.generated_igb_nodes(size, graph, old_of_new[lo:hi].numpy())
+    built_at = time.perf_counter()
+    load_seconds = built_at - tic
+    built = FullGraphPartition.from_local_rows(
+        rows.indptr,
+        new_of_old[rows.indices],
+        rows.x,
+        rows.y,
+        [rows.train_mask, rows.val_mask, rows.test_mask],
+        part_ptr,
+        self_loops=cfg["self_loops"],
+        device=ranks.device,
+        k=k,
+        new_of_old=new_of_old,
+        old_of_new=old_of_new,
+    )
+    return built, rows.info, load_seconds, built_at
+
+
 def partitioned(
     cfg: dict, ranks: Ranks, dataset: Dataset | None, load_seconds: float | None
 ) -> RunData:
@@ -153,12 +191,9 @@ def partitioned(
     # the partition must not draw from torch's streams: the model is built from them next,
     # as a one-process run builds it
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        if sliced:
-            if d["partition"] != "contiguous":
-                raise ConfigError(
-                    f"dataset {section['name']!r} is read rank by rank, which needs "
-                    f"distributed.partition=contiguous, got {d['partition']!r}"
-                )
+        if sliced and d["partition"] != "contiguous":
+            part, info, load_seconds, tic = _generated_partition(cfg, ranks, k, tic)
+        elif sliced:
             rows = local_rows.load(section, ranks.rank, ranks.world)
             load_seconds = time.perf_counter() - tic
             tic = time.perf_counter()

@@ -59,6 +59,26 @@ def test_full_graph_on_two_ranks_follows_the_one_process_run(tmp_path, model):
     assert sum(r["num_own"] for r in report["ranks"]) == 500
 
 
+@pytest.mark.parametrize("partition", ["contiguous", "label-propagation"])
+def test_a_generated_graph_read_rank_by_rank_follows_the_one_process_run(tmp_path, partition):
+    """The generated IGB-like graph, each rank generating its own rows: in ranges, or (another
+    partition) after every rank has generated the structure and computed the same parts."""
+    dataset = {"name": "generated-igb-medium", "num_nodes": 2000, "num_edges": 16000}
+    dataset |= {"num_features": 16}
+    runs = {}
+    for devices in (1, 2):
+        cfg = config(tmp_path / str(devices), devices, 3)
+        cfg["dataset"] = dataset
+        cfg["distributed"] = {"partition": partition}
+        runs[devices] = train(cfg)
+    assert close(losses(tmp_path / "1"), losses(tmp_path / "2"))
+    assert abs(runs[1]["test"] - runs[2]["test"]) <= 1e-9
+    ranks = runs[2]["distributed"]["ranks"]
+    assert sum(r["num_own"] for r in ranks) == 2000
+    if partition == "label-propagation":  # the parts follow the graph's classes, not id ranges
+        assert ranks[0]["edge_cut"] < 0.5 * ranks[0]["num_edges"]
+
+
 @pytest.mark.parametrize(
     "keys",
     [{}, {"batch_size": 100, "fanouts": [-1, -1]}],
