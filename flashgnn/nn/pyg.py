@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from ..graph import Graph, _check_node_ids
-from ..ops import graph_conv
+from ..ops import agnn_propagate, graph_conv
 from ..ops.precision import check_precision
 from ..ops.replay import NodeReplay
 from ..precision_context import block_width, resolve_precision
 from ..tensor_cache import TensorCache, built_for_reuse
+from .gat_conv import attend
 from .graph_input import value_dtype
 
 _SPARSE = (torch.sparse_coo, torch.sparse_csr)
@@ -245,6 +246,139 @@ class GCNConv(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, precision={self.precision!r}"
+
+
+class AGNNConv(nn.Module):
+    r"""PyG's ``AGNNConv``: ``x_i' = sum_{j -> i} softmax_j(beta cos(x_i, x_j)) x_j`` over the
+    in-edges of i, after PyG's self-loop handling (``add_self_loops``: the input's loops are
+    dropped and one added per node); a node without in-edges gets 0.
+
+    Shapes: x [N, F] -> [N, F]. Parameters: ``beta`` [1] (a buffer when not
+    ``requires_grad``). ``precision`` and ``replay`` as in ``flashgnn.nn.AGNNConv``.
+    """
+
+    def __init__(
+        self,
+        requires_grad: bool = True,
+        add_self_loops: bool = True,
+        precision: str | None = None,
+        replay: bool | None = None,
+    ):
+        super().__init__()
+        self.requires_grad, self.add_self_loops = requires_grad, add_self_loops
+        self.precision = _layer_precision(precision)
+        self.replay = NodeReplay(replay)
+        if requires_grad:
+            self.beta = nn.Parameter(torch.empty(1))
+        else:
+            self.register_buffer("beta", torch.ones(1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.requires_grad:
+            nn.init.ones_(self.beta)
+
+    def forward(self, x: torch.Tensor, edge_index) -> torch.Tensor:
+        """x [N, F]; edge_index [2, E] or a sparse adj_t [N, N]; returns [N, F]."""
+        _check_x(x, None, "AGNNConv")
+        graph = _edges(edge_index, x, self.add_self_loops, "AGNNConv").graph
+        precision = resolve_precision(self.precision)
+        return agnn_propagate(
+            graph.adj(block_width(precision)), x, self.beta, precision, replay=self.replay
+        )
+
+    def extra_repr(self) -> str:
+        return f"requires_grad={self.requires_grad}, precision={self.precision!r}"
+
+
+class GATConv(nn.Module):
+    r"""PyG's ``GATConv``: per head, ``x_i' = sum_{j -> i} alpha_ij W x_j`` with ``alpha_i. =
+    softmax_j(leaky_relu(att_src . W x_j + att_dst . W x_i))`` over the in-edges of i, after
+    PyG's self-loop handling (``add_self_loops``: the input's loops are dropped and one added
+    per node); heads concatenated (``concat``) or averaged, then ``bias``. ``dropout`` drops
+    attention values in training (the same distribution as PyG's, other draws).
+
+    Shapes: x [N, in_channels] -> [N, heads * out_channels] (concat) or [N, out_channels].
+    Parameters: ``lin.weight`` [heads * out_channels, in_channels], ``att_src`` and ``att_dst``
+    [1, heads, out_channels], ``bias`` [heads * out_channels] (concat) or [out_channels].
+    Not supported: ``edge_dim`` (edge features), bipartite input (a pair ``in_channels`` or
+    (x_src, x_dst)). ``precision`` as in ``flashgnn.nn.GATConv``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: int | None = None,
+        bias: bool = True,
+        precision: str | None = None,
+    ):
+        super().__init__()
+        if edge_dim is not None:
+            raise NotImplementedError("GATConv: edge_dim (edge features) is not supported")
+        if isinstance(in_channels, (tuple, list)):
+            raise NotImplementedError(
+                "GATConv: a pair in_channels (bipartite input) is not supported"
+            )
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
+        self.add_self_loops = add_self_loops
+        self.precision = _layer_precision(precision)
+        self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor, edge_index, return_attention_weights: bool | None = None):
+        """x [N, in_channels]; edge_index [2, E] or a sparse adj_t [N, N]; returns the output,
+        and with ``return_attention_weights`` also (edge_index [2, E'] of the edges attended
+        over, with the self-loops, in PyG's order; the attention [E', heads] in that order)."""
+        _check_x(x, self.in_channels, "GATConv")
+        if return_attention_weights and edge_index.layout in _SPARSE:
+            raise NotImplementedError(
+                "GATConv: return_attention_weights takes an edge_index [2, E], not an adj_t"
+            )
+        edges = _edges(edge_index, x, self.add_self_loops, "GATConv")
+        n, heads, channels = x.shape[0], self.heads, self.out_channels
+        out, alpha = attend(
+            edges.graph,
+            self.lin(x).view(n, heads, channels),
+            None,
+            self.att_src,
+            self.att_dst,
+            self.negative_slope,
+            self.dropout if self.training else 0.0,
+            resolve_precision(self.precision),
+            get_attention=bool(return_attention_weights),
+        )
+        out = out.reshape(n, heads * channels) if self.concat else out.mean(dim=1)
+        if self.bias is not None:
+            out = out + self.bias
+        if return_attention_weights:
+            return out, (edges.edge_index, alpha)
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, heads={self.heads}, "
+            f"precision={self.precision!r}"
+        )
 
 
 def _checked_weight(weight, num_edges: int) -> torch.Tensor:
