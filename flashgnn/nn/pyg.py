@@ -68,7 +68,9 @@ def _input_edges(edge_index, n: int, layer: str):
         values = coo.values()
         if values.dim() != 1:
             raise ValueError(f"{layer}: adj_t must hold one value per entry")
-        values = values if values.is_floating_point() else values.to(torch.float32)
+        # a copy: a view of the values would keep adj_t, and so its cache entry, alive
+        values = values.detach()
+        values = values.clone() if values.is_floating_point() else values.to(torch.float32)
         return src, dst, values
     if edge_index.layout != torch.strided:
         raise ValueError(
@@ -125,7 +127,7 @@ def _check_x(x, in_channels: int | None, layer: str) -> None:
         raise NotImplementedError(f"{layer}: bipartite (x_src, x_dst) input is not supported")
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
         raise ValueError(f"{layer}: x must be a floating point tensor [N, F]")
-    if in_channels is not None and in_channels > 0 and x.shape[1] != in_channels:
+    if in_channels is not None and x.shape[1] != in_channels:
         raise ValueError(f"{layer}: expected {in_channels} input channels, got {x.shape[1]}")
 
 
@@ -141,7 +143,8 @@ class GCNConv(nn.Module):
     ``normalize=False``: a plain weighted sum, no loops added.
 
     Shapes: x [N, in_channels] -> [N, out_channels]; ``edge_weight`` float [E] in edge order
-    (not with an adj_t, whose values are the weights). Parameters: ``lin.weight``
+    (not with an adj_t, whose values are the weights, read once per adj_t and constant: no
+    gradient reaches them). Parameters: ``lin.weight``
     [out_channels, in_channels], ``bias`` [out_channels]. ``cached``: the normalised edges of
     the first call are kept (detached: later calls do not reach the first call's edge_weight)
     and used for every later call, whatever its edges (PyG's transductive setting).

@@ -267,6 +267,12 @@ def test_graph_cache_lets_the_edge_index_go(rng):
     assert len(pyg._EDGES) == before + 1
     del edge_index
     assert len(pyg._EDGES) == before
+    for layout in (torch.sparse_coo, torch.sparse_csr):
+        adj_t = torch.eye(60, dtype=torch.float64).to_sparse(layout=layout)
+        pyg.GCNConv(7, 3).double()(x, adj_t)
+        assert len(pyg._EDGES) == before + 1
+        del adj_t
+        assert len(pyg._EDGES) == before
 
 
 # ---------------------------------------------------------------------------- bad input
