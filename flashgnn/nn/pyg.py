@@ -190,37 +190,45 @@ class GCNConv(nn.Module):
         [E] or None; returns [N, out_channels]."""
         _check_x(x, self.in_channels, "GCNConv")
         if self.cached and self._cached_edges is not None:
-            graph, values = self._cached_edges
+            graph, values, placed = self._cached_edges
         else:
-            graph, values = self._normalised(x, edge_index, edge_weight)
+            graph, values, placed = self._normalised(x, edge_index, edge_weight)
             if self.cached:
-                self._cached_edges = (graph, values.detach())
+                self._cached_edges = (graph, values.detach(), {})
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         dtype = value_dtype(x, values)
+        if placed is None:  # values of this call's edge_weight
+            a_values = graph.edge_values(values.to(dtype), k)
+        else:
+            if (k, dtype) not in placed:
+                placed[k, dtype] = built_for_reuse(lambda: graph.edge_values(values.to(dtype), k))
+            a_values = placed[k, dtype]
         return graph_conv(
             graph.adj(k),
             x,
             self.lin.weight.t(),
             self.bias,
             precision,
-            values=graph.edge_values(values.to(dtype), k),
+            values=a_values,
             replay=self.replay,
         )
 
-    def _normalised(self, x, edge_index, edge_weight) -> tuple[Graph, torch.Tensor]:
-        """(the graph propagated over, its edge values [E'] in edge-id order)."""
+    def _normalised(self, x, edge_index, edge_weight) -> tuple[Graph, torch.Tensor, dict | None]:
+        """(the graph propagated over, its edge values [E'] in edge-id order, where the values
+        placed in its formats are kept by (k, dtype): None when they follow ``edge_weight``)."""
         loops = self.normalize and self.add_self_loops
         edges = _edges(edge_index, x, loops, "GCNConv")
         if edge_weight is not None and edges.weight is not None:
             raise ValueError("GCNConv: edge_weight is not taken with a sparse adj_t (its values)")
         if edge_weight is not None:
             edge_weight = _checked_weight(edge_weight, edges.keep.numel() + edges.loop_pos.numel())
-            return edges.graph, self._values(edges, edge_weight, x.dtype)
+            return edges.graph, self._values(edges, edge_weight, x.dtype), None
         key = ("gcn", self.improved, self.normalize, value_dtype(x))
         if key not in edges.derived:
-            edges.derived[key] = built_for_reuse(lambda: self._values(edges, None, key[-1]))
-        return edges.graph, edges.derived[key]
+            values = built_for_reuse(lambda: self._values(edges, None, key[-1]))
+            edges.derived[key] = (values, {})
+        return (edges.graph, *edges.derived[key])
 
     def _values(self, edges: _Edges, weight, dtype) -> torch.Tensor:
         """PyG's gcn_norm of the input weights (``weight``, else the adj_t's values, else 1)
