@@ -108,7 +108,8 @@ def _edges(edge_index, x: torch.Tensor, add_self_loops: bool, layer: str) -> _Ed
     if not isinstance(edge_index, torch.Tensor):
         raise TypeError(
             f"{layer}: edge_index must be a torch.Tensor ([2, E] or a sparse adj_t), "
-            f"got {type(edge_index).__name__}"
+            f"got {type(edge_index).__name__} (a torch_sparse SparseTensor converts with "
+            ".to_torch_sparse_csr_tensor())"
         )
     n = x.shape[0]
     if edge_index.device != x.device:
@@ -311,7 +312,8 @@ class GATConv(nn.Module):
 
     Shapes: x [N, in_channels] -> [N, heads * out_channels] (concat) or [N, out_channels].
     Parameters: ``lin.weight`` [heads * out_channels, in_channels], ``att_src`` and ``att_dst``
-    [1, heads, out_channels], ``bias`` [heads * out_channels] (concat) or [out_channels].
+    [1, heads, out_channels], ``bias`` and (``residual``) ``res.weight`` [T] and [T,
+    in_channels], T = heads * out_channels (concat) or out_channels.
     Not supported: ``edge_dim`` (edge features), bipartite input (a pair ``in_channels`` or
     (x_src, x_dst)). ``precision`` as in ``flashgnn.nn.GATConv``.
     """
@@ -327,6 +329,7 @@ class GATConv(nn.Module):
         add_self_loops: bool = True,
         edge_dim: int | None = None,
         bias: bool = True,
+        residual: bool = False,
         precision: str | None = None,
     ):
         super().__init__()
@@ -343,14 +346,18 @@ class GATConv(nn.Module):
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        total = heads * out_channels if concat else out_channels
         if bias:
-            self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels))
+            self.bias = nn.Parameter(torch.empty(total))
         else:
             self.register_parameter("bias", None)
+        self.res = nn.Linear(in_channels, total, bias=False) if residual else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.lin.weight)
+        if self.res is not None:
+            nn.init.xavier_uniform_(self.res.weight)
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
         if self.bias is not None:
@@ -379,6 +386,8 @@ class GATConv(nn.Module):
             get_attention=bool(return_attention_weights),
         )
         out = out.reshape(n, heads * channels) if self.concat else out.mean(dim=1)
+        if self.res is not None:
+            out = out + self.res(x)
         if self.bias is not None:
             out = out + self.bias
         if return_attention_weights:

@@ -180,6 +180,8 @@ GAT_OPTIONS = [
     {"negative_slope": 0.05},
     {"bias": False},
     {"dropout": 0.4},  # compared in eval mode: no dropout
+    {"residual": True, "heads": 2},
+    {"residual": True, "heads": 2, "concat": False},
 ]
 
 
