@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..formats.block_diagonal import head_major, node_major
+from ..graph import Graph
 from ..ops import gat_attention
 from ..ops.precision import check_precision
 from ..ops.score_terms import score_terms
@@ -101,42 +102,26 @@ class GATConv(nn.Module):
             graph, feat, self.in_feats, self.allow_zero_in_degree, "GATConv"
         )
         precision = resolve_precision(self.precision)
-        k = block_width(precision)
-        heads, (n_src, n_dst) = self.num_heads, graph.node_counts
-        adj = graph.adj_heads(heads, k)
-        rows, cols = (
-            adj.n_rows // heads,
-            adj.n_cols // heads,
-        )  # one head's (padded) destinations, sources
+        n_src, n_dst = graph.node_counts
         fc_src, fc_dst = self._projections()
         h = _dropout(self.feat_drop, feat)
-        ft = head_major(
-            fc_src(h).view(n_src, heads, self.out_feats), cols
-        )  # [heads * cols, out_feats]
+        ft = fc_src(h).view(n_src, self.num_heads, self.out_feats)
         ft_dst = h_dst = None
         if feat_dst is not None:
             h_dst = _dropout(self.feat_drop, feat_dst)
-            ft_dst = head_major(fc_dst(h_dst).view(n_dst, heads, self.out_feats), rows)
-        weights = None
-        if edge_weight is not None:
-            weights = graph.edge_values(edge_weight.to(value_dtype(feat, edge_weight)), k).repeat(
-                heads
-            )
-        drop = self.attn_drop.p if self.attn_drop.training else 0.0
-        er, el = self._score_terms(ft, ft_dst, heads, rows, cols)
-        result = gat_attention(
-            adj,
+            ft_dst = fc_dst(h_dst).view(n_dst, self.num_heads, self.out_feats)
+        rst, attention = attend(
+            graph,
             ft,
-            er,
-            el,
+            ft_dst,
+            self.attn_l,
+            self.attn_r,
             self.leaky_relu.negative_slope,
-            drop,
+            self.attn_drop.p if self.attn_drop.training else 0.0,
             precision,
-            edge_values=weights,
-            return_attention=get_attention,
+            edge_weight,
+            get_attention,
         )
-        out, prob = result if get_attention else (result, None)
-        rst = node_major(out, heads, n_dst)
         if self.res_fc is not None:
             h_dst = h[:n_dst] if h_dst is None else h_dst
             rst = rst + self.res_fc(h_dst).view(n_dst, self.num_heads, self.out_feats)
@@ -145,28 +130,13 @@ class GATConv(nn.Module):
         if self.activation is not None:
             rst = self.activation(rst)
         if get_attention:
-            return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t().unsqueeze(-1)
+            return rst, attention.unsqueeze(-1)
         return rst
 
     def _projections(self) -> tuple[nn.Linear, nn.Linear]:
         """The Linear layers of the sources and of the destinations (``fc`` for both, unless
         built with an ``in_feats`` pair)."""
         return (self.fc, self.fc) if self.fc is not None else (self.fc_src, self.fc_dst)
-
-    def _score_terms(
-        self, ft: torch.Tensor, ft_dst: torch.Tensor | None, heads: int, rows: int, cols: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(er [heads * rows, 1], el [heads * cols, 1]) from the head-major source features ft
-        and destination features ft_dst (None: each head's first rows of ft): er = attn_r . W h_dst,
-        el = attn_l . W h_src, in fp32 (the attention vectors' type) for fp16/bf16 features."""
-        if ft_dst is None:  # both from ft
-            terms = score_terms(ft, torch.cat([self.attn_r, self.attn_l]).transpose(0, 1)).view(
-                heads, cols, 2
-            )
-            return terms[:, :rows, :1].reshape(-1, 1), terms[:, :, 1:].reshape(-1, 1)
-        return score_terms(ft_dst, self.attn_r.transpose(0, 1)), score_terms(
-            ft, self.attn_l.transpose(0, 1)
-        )
 
     def extra_repr(self) -> str:
         return (
@@ -178,3 +148,71 @@ class GATConv(nn.Module):
 def _dropout(dropout: nn.Dropout, t: torch.Tensor) -> torch.Tensor:
     """``dropout(t)``, skipped (no op, no autograd node) when it would change nothing."""
     return dropout(t) if dropout.training and dropout.p > 0 else t
+
+
+def attend(
+    graph: Graph,
+    ft: torch.Tensor,
+    ft_dst: torch.Tensor | None,
+    attn_l: torch.Tensor,
+    attn_r: torch.Tensor,
+    negative_slope: float,
+    attn_drop: float,
+    precision: str,
+    edge_weight: torch.Tensor | None = None,
+    get_attention: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Multi-head graph attention of projected features: (rst [N_dst, heads, out], the
+    attention [E, heads] in edge-id order when ``get_attention``, else None).
+
+    ft [N_src, heads, out]: the sources' projected features; ft_dst [N_dst, heads, out] or None
+    (ft's first N_dst rows); attn_l, attn_r [1, heads, out]: the source and destination
+    attention vectors; ``attn_drop``: dropout on the attention values (0: none);
+    ``edge_weight`` float [E] (edge-id order) multiplies them after dropout."""
+    k = block_width(precision)
+    heads = ft.shape[1]
+    n_dst = graph.num_dst_nodes
+    adj = graph.adj_heads(heads, k)
+    rows, cols = adj.n_rows // heads, adj.n_cols // heads  # one head's (padded) dst, src
+    ft = head_major(ft, cols)  # [heads * cols, out]
+    if ft_dst is not None:
+        ft_dst = head_major(ft_dst, rows)
+    weights = None
+    if edge_weight is not None:
+        weights = graph.edge_values(edge_weight.to(value_dtype(ft, edge_weight)), k)
+        weights = weights.repeat(heads)
+    er, el = _score_terms(ft, ft_dst, attn_l, attn_r, heads, rows, cols)
+    result = gat_attention(
+        adj,
+        ft,
+        er,
+        el,
+        negative_slope,
+        attn_drop,
+        precision,
+        edge_values=weights,
+        return_attention=get_attention,
+    )
+    out, prob = result if get_attention else (result, None)
+    rst = node_major(out, heads, n_dst)
+    if prob is None:
+        return rst, None
+    return rst, prob.view(heads, -1)[:, graph.edge_slots(k)].t()
+
+
+def _score_terms(
+    ft: torch.Tensor,
+    ft_dst: torch.Tensor | None,
+    attn_l: torch.Tensor,
+    attn_r: torch.Tensor,
+    heads: int,
+    rows: int,
+    cols: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(er [heads * rows, 1], el [heads * cols, 1]) from the head-major source features ft
+    and destination features ft_dst (None: each head's first rows of ft): er = attn_r . W h_dst,
+    el = attn_l . W h_src, in fp32 (the attention vectors' type) for fp16/bf16 features."""
+    if ft_dst is None:  # both from ft
+        terms = score_terms(ft, torch.cat([attn_r, attn_l]).transpose(0, 1)).view(heads, cols, 2)
+        return terms[:, :rows, :1].reshape(-1, 1), terms[:, :, 1:].reshape(-1, 1)
+    return score_terms(ft_dst, attn_r.transpose(0, 1)), score_terms(ft, attn_l.transpose(0, 1))
