@@ -14,7 +14,8 @@ from .graphs import per_layer
 
 class GCN(nn.Module):
     """``num_layers`` GCNConv layers: in_feats -> hidden_feats (ReLU) ... -> out_feats, with
-    dropout before every layer but the first (DGL's example). ``forward(graph, feat)`` ->
+    dropout before every layer but the first (DGL's example) and ``input_dropout`` before the
+    first (Kipf & Welling's, absent from DGL's example). ``forward(graph, feat)`` ->
     logits [N, out_feats]; ``graph`` is one graph, which should carry self-loops
     (``graph.add_self_loops()``), or a list of one block per layer (-> [N_dst of the last,
     out_feats])."""
@@ -26,6 +27,7 @@ class GCN(nn.Module):
         out_feats: int,
         num_layers: int = 2,
         dropout: float = 0.5,
+        input_dropout: float = 0.0,
         norm: str = "both",
         precision: str | None = None,
         allow_zero_in_degree: bool = False,
@@ -36,6 +38,7 @@ class GCN(nn.Module):
         check_size("out_feats", out_feats)
         check_size("num_layers", num_layers)
         check_probability("dropout", dropout)
+        check_probability("input_dropout", input_dropout)
         dims = [in_feats] + [hidden_feats] * (num_layers - 1) + [out_feats]
         self.layers = nn.ModuleList(
             GCNConv(
@@ -49,11 +52,15 @@ class GCN(nn.Module):
             for i in range(num_layers)
         )
         self.dropout = nn.Dropout(dropout)
+        # None when off, so that the input features stay the tensor the caller passed
+        self.input_dropout = nn.Dropout(input_dropout) if input_dropout > 0 else None
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
         for i, (layer, g) in enumerate(zip(self.layers, per_layer(graph, len(self.layers)))):
             if i > 0:
                 h = self.dropout(h)
+            elif self.input_dropout is not None:
+                h = self.input_dropout(h)
             h = layer(g, h)
         return h

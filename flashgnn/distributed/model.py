@@ -108,6 +108,8 @@ class FullGraphModel(nn.Module):
         for i, layer in enumerate(model.layers):
             if i > 0:
                 h = model.dropout(h)
+            elif model.input_dropout is not None:
+                h = model.input_dropout(h)
             h = self._gcn_layer(i, layer, h)
         return h
 

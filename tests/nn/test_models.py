@@ -99,6 +99,27 @@ def test_build_model():
         build_model("gcn", 10, 3, num_layers=0)
 
 
+def test_gcn_input_dropout_acts_on_the_features_in_training_only(rng):
+    g = undirected_graph(rng)
+    x = torch.randn(g.num_nodes, 7)
+    plain = build_model("gcn", 7, 3, dropout=0.0)
+    dropped = build_model("gcn", 7, 3, dropout=0.0, input_dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())  # dropout holds no parameters
+    for m in (plain, dropped):
+        m.eval()
+    assert torch.equal(plain(g, x), dropped(g, x))
+    dropped.train()
+    torch.manual_seed(0)
+    out = dropped(g, x)
+    torch.manual_seed(0)
+    mask = torch.nn.functional.dropout(torch.ones_like(x), 0.5, True)  # the same draw
+    plain.train()
+    torch.testing.assert_close(out, plain(g, x * mask))
+    assert plain.input_dropout is None  # off by default: DGL's example
+    with pytest.raises(ValueError, match="input_dropout"):
+        build_model("gcn", 7, 3, input_dropout=1.5)
+
+
 @pytest.mark.parametrize("name", ["gcn", "agnn", "gat"])
 def test_dropout_precision_and_dgl_graph(name, rng):
     g = undirected_graph(rng)
