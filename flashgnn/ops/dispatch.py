@@ -33,6 +33,9 @@ def register_format(
 
 
 def _implementation(table: dict[type, Callable], op: str, a) -> Callable:
+    impl = table.get(type(a))  # the registered type itself: one lookup on every eager call
+    if impl is not None:
+        return impl
     for cls in type(a).__mro__:
         impl = table.get(cls)
         if impl is not None:
