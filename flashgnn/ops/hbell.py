@@ -32,12 +32,15 @@ _PLANS = TensorCache()  # HBELL.values -> _Plan
 class _Plan:
     """The emulation's operands of one HB-ELL matrix: dense_ptr int64 [n_brows + 1], dense_col
     int32 [n_dense], dense_val int64 [n_dense] (the dense blocks of each block row: first column,
-    first value); the sparse blocks' nonzeros in CSR order (indptr, indices) and their value
-    slots ``sparse_slot`` int64; ``sparse``: their ME-BCRS per block width k, built on demand."""
+    first value), dense_padding int64: the slots of dense blocks outside the pattern (their
+    MMAs read them, so a caller's values there are zeroed first); the sparse blocks' nonzeros
+    in CSR order (indptr, indices) and their value slots ``sparse_slot`` int64; ``sparse``:
+    their ME-BCRS per block width k, built on demand."""
 
     dense_ptr: Tensor
     dense_col: Tensor
     dense_val: Tensor
+    dense_padding: Tensor
     indptr: Tensor
     indices: Tensor
     sparse_slot: Tensor
@@ -72,12 +75,15 @@ def _build_plan(a: HBELL) -> _Plan:
     in_sparse = ~dense[block]
     row, col, slot = c.row[in_sparse], c.col[in_sparse], c.slot[in_sparse]
     order = torch.argsort(row * max(a.n_cols, 1) + col)
+    dense_slots = (a.brow_valptr[ids][:, None] + torch.arange(BLOCK * BLOCK, device=device)).ravel()
+    dense_padding = dense_slots[~torch.isin(dense_slots, c.slot)]
     indptr = torch.zeros(a.n_rows + 1, dtype=torch.int64, device=device)
     indptr[1:] = torch.cumsum(torch.bincount(row, minlength=a.n_rows), 0)
     return _Plan(
         dense_ptr,
         a.bcidx[ids].contiguous(),
         a.brow_valptr[ids].contiguous(),
+        dense_padding,
         indptr,
         col[order],
         slot[order],
@@ -119,6 +125,8 @@ def hbell_spmm(a: HBELL, x: Tensor, precision: str, *, values: Tensor | None, ou
         if not plan.n_dense:
             return spmm(sparse, x, precision, values=own, out_fp32=out_fp32)
         base = spmm(sparse, x, precision, values=own, out_fp32=True)
+    if values is not a.values and plan.dense_padding.numel():
+        values = values.index_fill(0, plan.dense_padding, 0)
     y = spmm_dense_cuda(
         plan.dense_ptr,
         plan.dense_col,

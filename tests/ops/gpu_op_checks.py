@@ -16,7 +16,14 @@ import torch
 from flashgnn import MEBCRS
 from flashgnn._cuda import segments
 from tests.cuda.kernel_cases import CASES
-from tests.helpers import data_dir, graph_names, load_dlmc, load_npz_graph, random_values
+from tests.helpers import (
+    data_dir,
+    dlmc_spread,
+    graph_names,
+    load_dlmc,
+    load_npz_graph,
+    random_values,
+)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 SIZES = (1, 7, 16, 33, 64, 128, 256)
@@ -32,7 +39,6 @@ STORAGE = {
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
 }
-DLMC_SAMPLE = (0, 25, 100, 200, 300)  # 64x256 to 2048x512, sparsity 0.5 to 0.98
 
 
 def bound(precision: str, out_dtype: torch.dtype) -> float:
@@ -54,7 +60,7 @@ def real_matrix_names() -> list[str]:
     root = data_dir()
     dlmc = root is not None and any(root.glob("dlmc_*.npz"))
     return [f"graph:{g}" for g in graph_names()] + (
-        [f"dlmc:{i}" for i in DLMC_SAMPLE] if dlmc else []
+        [f"dlmc:{i}" for i in dlmc_spread(5)] if dlmc else []
     )
 
 
