@@ -32,6 +32,8 @@ from .formats.block_diagonal import block_diagonal
 from .formats.mebcrs import MEBCRS, build_canonical
 from .formats.windowed import MAX_DIM, check_csr
 from .ops.gcn_norm import NORMS, gcn_norm_factor, gcn_norm_values
+from .reorder import Reordering, check_method, node_order
+from .reorder.undirected import csr_rows
 from .tensor_cache import built_for_reuse, tensor_version
 
 
@@ -552,6 +554,45 @@ class Graph:
             old = weight if weight is not None else torch.ones(self.num_edges, device=self.device)
             weight = torch.cat([old, old.new_full((new.numel(),), fill_value)])
         return Graph.from_edge_index(torch.cat([ei, new.expand(2, -1)], 1), self.num_nodes, weight)
+
+    def reorder(self, method: str = "rcm", device=None) -> tuple[Graph, Reordering]:
+        """(the graph renumbered by ``method``, its ``Reordering``): new node i is node
+        ``perm[i]`` of this graph, so rows that share neighbours fall in the same ME-BCRS
+        windows and neighbouring columns lie close. ``method``: one of ``reorder.METHODS``
+        ("none", "rcm", "community", "degree", "metis"; ``reorder.node_order`` describes them),
+        deterministic. The order and the renumbered CSR are computed on ``device`` (default:
+        the graph's; a GPU for large graphs), the result lives on the graph's device.
+
+        Edge ids, and so the edge weights (the same tensor, learnable or not), are kept: only
+        node ids change. Node tensors move with ``Reordering.apply_to_nodes`` and come back to
+        this graph's order with ``Reordering.restore``: a layer's output on the new graph from
+        ``apply_to_nodes(x)``, restored, is its output on this one. Square graphs only; "none"
+        returns this graph itself."""
+        check_method(method)
+        if self.is_bipartite:
+            raise ValueError(
+                f"reorder needs a square graph (one node set), got {self.num_src_nodes} source "
+                f"and {self.num_dst_nodes} destination nodes"
+            )
+        if method == "none":
+            return self, Reordering.identity(self.num_nodes, self.device)
+        on = _device_key(self.device if device is None else device)
+        indptr, indices = self.indptr.to(on), self.indices.to(on)
+        reordering = Reordering.from_perm(node_order(indptr, indices, method), method)
+        n = self.num_nodes
+        new_dst = reordering.inverse[csr_rows(indptr, self.num_edges)]
+        new_src = reordering.inverse[indices]
+        key_sorted, order = _sort_keys(new_dst * max(n, 1) + new_src)
+        new_indptr = torch.searchsorted(key_sorted, torch.arange(n + 1, device=on) * max(n, 1))
+        graph = Graph._from_canonical(
+            new_indptr.to(self.device),
+            new_src[order].to(self.device),
+            self.node_counts,
+            self.edge_ids.to(on)[order].to(self.device),
+            self._edge_weight,
+            self._cache.get(("zero_in",)),
+        )
+        return graph, reordering.to(self.device)
 
     def to(self, device) -> Graph:
         """The same graph on ``device``; formats already built for any device are shared. A
