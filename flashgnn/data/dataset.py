@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..graph import Graph
+from ..reorder import Reordering
 from .metrics import METRICS, check_logits
 
 _REPO_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
@@ -127,6 +128,20 @@ class Dataset:
             mask = mask.to(logits.device)
             logits, y = logits[mask], y.to(logits.device)[mask]
         return self.scorer(logits, y.to(logits.device))
+
+    def reorder(self, method: str, device=None) -> tuple[Dataset, Reordering]:
+        """(this dataset with its nodes renumbered by ``method``, the ``Reordering``): the graph
+        of ``Graph.reorder(method, device)`` (the order computed on ``device``), its features,
+        labels and masks moved to the new order on their own devices. Outputs of a model on
+        the new dataset come back to this one's node order with ``Reordering.restore``."""
+        graph, reordering = self.graph.reorder(method, device)
+        if reordering.method == "none":
+            return self, reordering
+        moved = {
+            name: reordering.apply_to_nodes(getattr(self, name))
+            for name in ("x", "y", "train_mask", "val_mask", "test_mask")
+        }
+        return replace(self, graph=graph, **moved), reordering
 
     def summary(self) -> dict:
         """Sizes and split counts, JSON-ready."""

@@ -1,10 +1,11 @@
 """Run configurations: YAML files, ``key=value`` overrides and their validation.
 
-A config has four sections and two top-level keys::
+A config has five sections and two top-level keys::
 
     name: gcn-cora            # run name (default: <model>-<dataset>)
     self_loops: true          # add a self-loop to every node before training
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
+    graph: {reorder: none}       # renumber the nodes once for locality (flashgnn.reorder)
     model: {name: gcn, ...}      # build_model's name and keyword arguments
     train: {epochs, lr, weight_decay, patience, precision, seed, device, devices, eval_every,
             progress, cuda_graph, batch_size, fanouts}
@@ -22,11 +23,17 @@ from pathlib import Path
 import yaml
 
 from ..ops.precision import PRECISIONS
+from ..reorder import METHODS as REORDER_METHODS
 
 DEFAULTS = {
     "name": None,
     "self_loops": True,
     "dataset": {"name": "synthetic"},
+    # the node order the run computes in: "none" keeps the dataset's; another method of
+    # flashgnn.reorder renumbers the graph once, on the run's device, so that rows sharing
+    # neighbours share ME-BCRS windows. Features, labels and masks follow; scores are taken in
+    # the dataset's order.
+    "graph": {"reorder": "none"},
     "model": {"name": "gcn"},
     "train": {
         "epochs": 200,
@@ -258,6 +265,12 @@ def resolve_config(config: dict) -> dict:
         "train.cuda_graph",
         "false or auto with train.devices > 1 (steps with collectives are not replayed)",
         t["cuda_graph"],
+    )
+    _require(
+        cfg["graph"]["reorder"] in REORDER_METHODS,
+        "graph.reorder",
+        f"one of {REORDER_METHODS}",
+        cfg["graph"]["reorder"],
     )
     d = cfg["distributed"]
     _require(

@@ -37,6 +37,7 @@ from ..distributed.minibatch import data_parallel, loss_divisor, rank_seeds
 from ..graph import Graph
 from ..nn import AGNNConv, GATConv, GCNConv
 from ..ops.replay import set_replay
+from ..reorder import Reordering
 from ..sampling import NeighborSampler
 from . import checkpoint, run_data
 from .atomic import write_atomically
@@ -196,10 +197,17 @@ def make_optimizer(
     )
 
 
-def training_targets(mask: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def training_targets(
+    mask: torch.Tensor, y: torch.Tensor, reordering: Reordering | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(int64 index of the nodes in ``mask``, their labels): what ``train_step`` takes, built
-    once (indexing by a boolean mask would synchronise on every step)."""
-    index = mask.nonzero().flatten()
+    once (indexing by a boolean mask would synchronise on every step). With the ``reordering``
+    the nodes were renumbered by, the index lists the same nodes in the dataset's order (their
+    new ids), so that the loss adds them, and mini-batches draw them, as without it."""
+    if reordering is None:
+        index = mask.nonzero().flatten()
+    else:
+        index = reordering.new_ids(reordering.restore(mask).nonzero().flatten())
     return index, y.index_select(0, index)
 
 
@@ -447,7 +455,7 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    train_index, y_train = training_targets(data.masks[0], y)
+    train_index, y_train = training_targets(data.masks[0], y, data.reordering)
     # the model as each step calls it: a partition's wrapper exchanges halo rows between
     # layers; DDP averages a mini-batch step's gradients across ranks
     net = data.wrap(model)
@@ -595,6 +603,8 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
         "resumed_from_epoch": start_epoch if resume is not None else None,
         "load_s": data.load_seconds,
         "graph_s": data.graph_seconds,
+        "reorder": cfg["graph"]["reorder"],
+        "reorder_s": data.reorder_seconds,
         "preprocess_s": (data.load_seconds or 0.0) + data.graph_seconds,
         "cuda_graph": cuda_graph,
         **_time_stats(epoch_times, 1 + (WARMUP_CALLS if cuda_graph else 0)),

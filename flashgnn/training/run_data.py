@@ -2,6 +2,11 @@
 every rank of a mini-batch run), or the rank's part of a partitioned graph (full-graph runs
 of several processes, ``flashgnn.distributed.FullGraphPartition``).
 
+With ``graph.reorder`` the dataset's nodes are renumbered once (``Dataset.reorder``, the order
+computed on the rank's device) before anything else is built: the run computes in the new
+order, and a one-process run scores its outputs restored to the dataset's order. A partition
+splits the renumbered dataset, whose scores are sums over nodes, the same in either order.
+
 A partition comes from the whole dataset (loaded by every rank, then split) or, for the
 datasets that ``data.local_rows`` reads rank by rank under a contiguous partition, from the
 rank's own rows only, so that no rank ever holds the whole graph.
@@ -18,6 +23,7 @@ import torch
 from ..data import Dataset, local_rows
 from ..graph import Graph
 from ..precision_context import block_width
+from ..reorder import Reordering
 from .config import ConfigError
 from .ranks import Ranks, aggregate_scores
 
@@ -46,6 +52,8 @@ class RunData:
     scores: Callable[[torch.Tensor], dict] = field(repr=False)
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = field(repr=False, default=lambda m: m)
     partition: object | None = None
+    reordering: Reordering | None = None
+    reorder_seconds: float | None = None
 
 
 FINITE_CHECK_ELEMENTS = 1 << 26
@@ -89,6 +97,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _reordered(cfg: dict, dataset: Dataset, device: torch.device):
+    """(the dataset renumbered by ``graph.reorder``, its Reordering or None for "none", the
+    seconds it took)."""
+    method = cfg["graph"]["reorder"]
+    if method == "none":
+        return dataset, None, None
+    tic = time.perf_counter()
+    reordered, reordering = dataset.reorder(method, device)
+    _sync(device)
+    return reordered, reordering, time.perf_counter() - tic
+
+
 def whole_graph(
     cfg: dict, ranks: Ranks, dataset: Dataset | None, load_seconds: float | None
 ) -> RunData:
@@ -100,13 +120,22 @@ def whole_graph(
     device = ranks.device
     tic = time.perf_counter()
     k = block_width(cfg["train"]["precision"])
-    graph = prepare_graph(dataset.graph, cfg["self_loops"], device, k)
-    x = _checked_features(dataset.x, cfg["dataset"]["name"], device)
-    y = dataset.y.to(device)
-    masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
+    reordered, reordering, reorder_seconds = _reordered(cfg, dataset, device)
+    graph = prepare_graph(reordered.graph, cfg["self_loops"], device, k)
+    x = _checked_features(reordered.x, cfg["dataset"]["name"], device)
+    y = reordered.y.to(device)
+    masks = [getattr(reordered, f"{s}_mask").to(device) for s in SPLITS]
     _sync(device)
     graph_seconds = time.perf_counter() - tic
-    if ranks.world == 1:
+    if ranks.world == 1 and reordering is not None:
+        score_masks = masks
+        user_y = dataset.y.to(device)
+        user_masks = [getattr(dataset, f"{s}_mask").to(device) for s in SPLITS]
+
+        def scores(out):
+            out = reordering.restore(out)
+            return {s: dataset.evaluate(out, user_y, m) for s, m in zip(SPLITS, user_masks)}
+    elif ranks.world == 1:
         score_masks = masks
 
         def scores(out):
@@ -135,6 +164,8 @@ def whole_graph(
         load_seconds,
         graph_seconds,
         scores,
+        reordering=reordering,
+        reorder_seconds=reorder_seconds,
     )
 
 
@@ -187,6 +218,12 @@ def partitioned(
     k = block_width(cfg["train"]["precision"])
     section = cfg["dataset"]
     sliced = dataset is None and local_rows.supports(section["name"])
+    if sliced and cfg["graph"]["reorder"] != "none":
+        raise ConfigError(
+            f"dataset {section['name']!r} is read rank by rank, no rank holding the whole "
+            f"graph to reorder: set graph.reorder=none, got {cfg['graph']['reorder']!r}"
+        )
+    reorder_seconds = None
     tic = time.perf_counter()
     # the partition must not draw from torch's streams: the model is built from them next,
     # as a one-process run builds it
@@ -216,6 +253,7 @@ def partitioned(
         else:
             dataset, load_seconds = _load(cfg, dataset, load_seconds)
             tic = time.perf_counter()
+            dataset, _, reorder_seconds = _reordered(cfg, dataset, device)
             part = FullGraphPartition.build(
                 dataset,
                 method=d["partition"],
@@ -255,4 +293,5 @@ def partitioned(
             model, overlap=d["overlap"], time_exchanges=d["time_exchanges"]
         ),
         partition=part,
+        reorder_seconds=reorder_seconds,
     )
