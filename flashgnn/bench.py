@@ -42,6 +42,10 @@ BENCHMARKS = {
         "flashgnn.benchmarking.distributed",
         "strong scaling of a training config over 1, 2, 4, ... processes",
     ),
+    "reorder": (
+        "flashgnn.benchmarking.reordering",
+        "locality reordering: ME-BCRS vectors per nonzero, reorder time, SpMM time",
+    ),
     "report": (
         "flashgnn.benchmarking.report",
         "Markdown tables and PNG plots from the benchmarks' CSV files",

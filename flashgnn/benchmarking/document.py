@@ -15,7 +15,7 @@ import os
 import statistics
 from pathlib import Path
 
-from . import table
+from . import reordering, table
 from .ablation import AblationRow
 from .ablation import summary as ablation_summary
 from .distributed import ScalingRow
@@ -524,3 +524,7 @@ RENDER = {
     "sparse-linear": sparse_linear_table,
     "distributed": distributed_table,
 }
+
+# benchmarks whose module holds its own section
+SECTIONS["reorder"] = reordering.SECTION
+RENDER["reorder"] = reordering.table_lines
