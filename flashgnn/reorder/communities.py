@@ -6,8 +6,8 @@ import torch
 
 from .undirected import csr_rows
 
-# rounds at most; label propagation settles in a few on most graphs (each round moves half the
-# nodes, so two rounds give every node one turn)
+# rounds at most (each moves half the nodes): more merge communities further without fewer
+# ME-BCRS vectors (docs/TUNING.md)
 COMMUNITY_ROUNDS = 20
 
 
