@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors: identity, not elementwise, equality
 class Reordering:
     """A renumbering of ``n`` nodes.
 
