@@ -1,0 +1,168 @@
+"""SpMM and SDDMM as custom ops on a pattern of column vectors, with A^T in their backward.
+
+ME-BCRS and CVSE store A as the same three tensors (row_ptr over windows or strips, col_idx,
+vec_mask) and a value layout of R slots per vector (R = 8 for ME-BCRS, V for CVSE), so their
+ops share one signature and one autograd formula:
+
+- ``spmm(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t)``:
+  Y = A X, [n_rows, N] in x's dtype (float32 when ``out_fp32``);
+- ``sddmm(row_ptr, col_idx, vec_mask, x, y, k, precision, *t)``: (X Y^T) on A's pattern,
+  [R * n_vectors] float32 (float64 for float64 inputs);
+
+where k is the format's integer parameter (ME-BCRS's block width, CVSE's V) and
+``t = (t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src)`` is A^T in the same format with the
+maps of its nonzeros into A^T's and A's value layouts, five Nones when no gradient needs it.
+For Y = A X, dvalues = SDDMM(dY, X) on A's pattern and dX = A^T dY; for S = SDDMM(X, Y),
+dX = G Y and dY = G^T X with G the gradient on A's pattern. A's values move into A^T's layout
+by the slot maps, and A^T's transpose is A with the maps swapped, so double backward works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ._autograd import op_entry
+from ._pattern import transposed_values
+from .precision import compute_dtype, kernel_operands
+
+
+def _spmm_fake(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
+    return x.new_empty((n_rows, x.shape[1]), dtype=torch.float32 if out_fp32 else x.dtype)
+
+
+def _spmm_setup(ctx, inputs, output):
+    row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t = inputs
+    ctx.save_for_backward(row_ptr, col_idx, vec_mask, values, x, *t)
+    ctx.k, ctx.precision = k, precision
+
+
+def _sddmm_setup(ctx, inputs, output):
+    row_ptr, col_idx, vec_mask, x, y, k, precision, *t = inputs
+    ctx.save_for_backward(row_ptr, col_idx, vec_mask, x, y, *t)
+    ctx.k, ctx.precision = k, precision
+
+
+class PatternOps:
+    """The SpMM and SDDMM custom ops of one format, each registered by its own module
+    (``spmm`` and ``sddmm``), whose backwards call each other through the entries kept here.
+    ``vector_rows(k)``: R, the slots per vector for the format's parameter k."""
+
+    def __init__(self, vector_rows: Callable[[int], int]):
+        self._vector_rows = vector_rows
+        self._spmm_name = self._sddmm_name = ""
+        self.spmm_call: Callable[..., Tensor] | None = None
+        self.sddmm_call: Callable[..., Tensor] | None = None
+
+    def spmm(self, name: str, impl: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        """Register ``impl`` (signature in the module docstring) as the custom op ``name`` with
+        its fake and autograd kernels; returns the entry the package calls it through."""
+        op = torch.library.custom_op(name, impl, mutates_args=())
+        op.register_fake(_spmm_fake)
+        self._spmm_name = name
+        self.spmm_call = op_entry(op, impl, _spmm_setup, self._spmm_backward)
+        return self.spmm_call
+
+    def sddmm(self, name: str, impl: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        """As ``spmm``, for the SDDMM."""
+        op = torch.library.custom_op(name, impl, mutates_args=())
+
+        def fake(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
+            n_slots = self._vector_rows(k) * col_idx.shape[0]
+            return x.new_empty((n_slots,), dtype=compute_dtype(x, y))
+
+        op.register_fake(fake)
+        self._sddmm_name = name
+        self.sddmm_call = op_entry(op, impl, _sddmm_setup, self._sddmm_backward)
+        return self.sddmm_call
+
+    def _spmm_backward(self, ctx, grad):
+        row_ptr, col_idx, vec_mask, values, x, *t = ctx.saved_tensors
+        grad_values = grad_x = None
+        (grad,) = kernel_operands(ctx.precision, grad)  # converted once for both products
+        if ctx.needs_input_grad[3]:
+            grad_values = self.sddmm_call(
+                row_ptr, col_idx, vec_mask, grad, x, ctx.k, ctx.precision, *t
+            ).to(values.dtype)
+        if ctx.needs_input_grad[4]:
+            t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
+            if t_row_ptr is None:
+                raise RuntimeError(
+                    f"{self._spmm_name}: the gradient of X needs A^T; call flashgnn.ops.spmm, "
+                    "which builds it"
+                )
+            # constant values (GCN's normalised weights) are transposed once and cached
+            t_values = transposed_values(
+                values,
+                t_col_idx,
+                t_perm,
+                t_src,
+                cache=not ctx.needs_input_grad[3],
+                vector=self._vector_rows(ctx.k),
+            )
+            grad_x = self.spmm_call(
+                t_row_ptr,
+                t_col_idx,
+                t_vec_mask,
+                t_values,
+                grad,
+                x.shape[0],
+                ctx.k,
+                ctx.precision,
+                x.dtype == torch.float32,
+                row_ptr,
+                col_idx,
+                vec_mask,
+                t_src,
+                t_perm,
+            ).to(x.dtype)
+        return (None, None, None, grad_values, grad_x) + (None,) * 9
+
+    def _sddmm_backward(self, ctx, grad):
+        row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
+        grad_x = grad_y = None
+        need_x, need_y = ctx.needs_input_grad[3:5]
+        # dX reads y, dY reads x; one tensor passed as both (AGNN) is converted once
+        yk, xk = kernel_operands(ctx.precision, y if need_x else None, x if need_y else None)
+        if need_x:
+            grad_x = self.spmm_call(
+                row_ptr,
+                col_idx,
+                vec_mask,
+                grad,
+                yk,
+                x.shape[0],
+                ctx.k,
+                ctx.precision,
+                x.dtype == torch.float32,
+                *t,
+            ).to(x.dtype)
+        if need_y:
+            t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
+            if t_row_ptr is None:
+                raise RuntimeError(
+                    f"{self._sddmm_name}: the gradient of Y needs A^T; call flashgnn.ops.sddmm, "
+                    "which builds it"
+                )
+            grad_t = transposed_values(
+                grad, t_col_idx, t_perm, t_src, vector=self._vector_rows(ctx.k)
+            )
+            grad_y = self.spmm_call(
+                t_row_ptr,
+                t_col_idx,
+                t_vec_mask,
+                grad_t,
+                xk,
+                y.shape[0],
+                ctx.k,
+                ctx.precision,
+                y.dtype == torch.float32,
+                row_ptr,
+                col_idx,
+                vec_mask,
+                t_src,
+                t_perm,
+            ).to(y.dtype)
+        return (None, None, None, grad_x, grad_y) + (None,) * 7
