@@ -1,6 +1,6 @@
 """What the windowed formats (ME-BCRS in ``mebcrs.py``, the 16x1 baseline in ``blocked16.py``)
-share: the checks of the canonical CSR they are built from, the arrays both hold, and the
-coordinates of their real value slots (docs/FORMAT.md)."""
+share: the checks of the canonical CSR they (and the other formats) are built from, the arrays
+both hold, and the coordinates of their real value slots (docs/FORMAT.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import numbers
 from dataclasses import dataclass
 
 import torch
+
+from .device_builders import check_device
 
 # The most rows or columns a format holds: its column indices are int32, and so are the row
 # indices of the kernels (and A^T's columns are A's rows).
@@ -112,6 +114,17 @@ def csr_inputs(indptr, indices, values, n_cols: int | None, device):
     indptr_t = indptr_t.to(indices_t.device)
     check_csr(indptr_t, indices_t, n_cols)
     return indptr_t, indices_t, values_t, n_cols, device
+
+
+def csr_on_device(indptr, indices, values, n_cols: int | None, device):
+    """``csr_inputs``, then a clear error unless formats can be built on the target device,
+    and the three tensors moved there: (indptr int64, indices int64, values float, n_cols,
+    device), the preamble of every format's ``from_csr``."""
+    indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr, indices, values, n_cols, device
+    )
+    check_device(device)
+    return indptr_t.to(device), indices_t.to(device), values_t.to(device), n_cols, device
 
 
 @dataclass
