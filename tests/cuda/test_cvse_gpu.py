@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import ops
+from flashgnn.data.dlmc import expand_rows
 from flashgnn.formats import CVSE
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, dlmc_spread, graph_params, load_dlmc, rel_err
@@ -37,20 +38,17 @@ SIZES = (1, 7, 32, 64, 100, 128, 256)  # both tile counts, every fp32 lane width
 
 
 def dlmc_expanded(i: int, vector: int) -> sp.csr_matrix:
-    """DLMC matrix ``i`` [r, c] as Chen et al. use it: each nonzero (i, j) becomes the vector
-    of rows V i .. V i + V - 1 in column j, [V r, c], random nonzero values."""
+    """DLMC matrix ``i`` [r, c] as Chen et al. use it (``flashgnn.data.dlmc.expand_rows``):
+    each nonzero (i, j) becomes the vector of rows V i .. V i + V - 1 in column j, [V r, c],
+    random nonzero values."""
     ((_, pattern),) = load_dlmc([i])
-    coo = pattern.tocoo()
-    rows = (vector * coo.row[:, None] + np.arange(vector)).ravel()
-    cols = np.repeat(coo.col, vector)
+    indptr, indices = expand_rows(pattern.indptr, pattern.indices, vector)
     rng = np.random.default_rng(seed_of("dlmc", i, vector))
-    values = rng.uniform(0.5, 1.5, rows.size) * rng.choice([-1.0, 1.0], rows.size)
-    m = sp.csr_matrix(
-        (values.astype(np.float32), (rows, cols)),
+    values = rng.uniform(0.5, 1.5, indices.size) * rng.choice([-1.0, 1.0], indices.size)
+    return sp.csr_matrix(
+        (values.astype(np.float32), indices, indptr),
         shape=(vector * pattern.shape[0], pattern.shape[1]),
     )
-    m.sort_indices()
-    return m
 
 
 @functools.cache
