@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .slot_layout import SlotLayout
 from .windowed import SlotCoords, WindowedFormat, csr_on_device
 
 ROWS = 16  # rows per window
@@ -31,7 +30,7 @@ BLOCK = ROWS * COLS
 
 
 @dataclass
-class Blocked16(SlotLayout, WindowedFormat):
+class Blocked16(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the 16x1 blocked format (module docstring)."""
 
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)

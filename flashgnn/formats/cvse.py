@@ -20,14 +20,13 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .slot_layout import SlotLayout
 from .windowed import MAX_DIM, SlotCoords, WindowedFormat, csr_on_device
 
 VECTORS = (2, 4, 8)  # the vector lengths the encoding defines
 
 
 @dataclass
-class CVSE(SlotLayout, WindowedFormat):
+class CVSE(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the column-vector sparse encoding (module
     docstring); ``vector`` is V, the rows of a strip and of every column vector."""
 

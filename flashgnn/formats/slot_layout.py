@@ -33,7 +33,7 @@ class SlotLayout:
         counts = torch.bincount(c.row, minlength=self.n_rows)
         indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
         indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, c.col[order], self.values[c.slot[order]]
+        return indptr, c.col[order], self.values[self.perm]
 
     def to_dense(self) -> torch.Tensor:
         """Dense [n_rows, n_cols] copy, for small matrices."""

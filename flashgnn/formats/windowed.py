@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .device_builders import check_device
+from .slot_layout import SlotLayout
 
 # The most rows or columns a format holds: its column indices are int32, and so are the row
 # indices of the kernels (and A^T's columns are A's rows).
@@ -140,8 +141,8 @@ class SlotCoords:
 
 
 @dataclass
-class WindowedFormat:
-    """The arrays and sizes common to the windowed formats (MEBCRS, format16.Blocked16); each
+class WindowedFormat(SlotLayout):
+    """The arrays and sizes common to the windowed formats (MEBCRS, Blocked16, CVSE); each
     documents what its arrays hold."""
 
     row_ptr: torch.Tensor
@@ -153,17 +154,5 @@ class WindowedFormat:
     n_cols: int
 
     @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
     def n_windows(self) -> int:
         return self.row_ptr.numel() - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
