@@ -20,6 +20,7 @@ from ..tensor_cache import TensorCache, built_for_reuse, tensor_version
 from ._pattern import NO_TRANSPOSE, check_values
 from ._pattern_ops import PatternOps
 from .dispatch import register_format
+from .precision import on_kernels
 from .reference import sddmm_on_coords, spmm_on_coords
 
 _COORDS = TensorCache()  # col_idx -> (row_ptr, vec_mask, (V, versions), SlotCoords)
@@ -65,10 +66,6 @@ def transpose_args(a: CVSE, needed: bool) -> tuple:
     return _cached(_TRANSPOSES, a.row_ptr, a.col_idx, a.vec_mask, a.vector, build)
 
 
-def _on_kernels(*tensors: Tensor) -> bool:
-    return tensors[0].device.type == "cuda" and all(t.dtype != torch.float64 for t in tensors)
-
-
 def _spmm(
     row_ptr: Tensor,
     col_idx: Tensor,
@@ -88,7 +85,7 @@ def _spmm(
     """The op's implementation: the kernels for CUDA inputs up to float32, else the reference.
     The A^T tensors are only for the backward."""
     out_dtype = torch.float32 if out_fp32 else x.dtype
-    if not _on_kernels(values, x):
+    if not on_kernels(values, x):
         c = _coords(row_ptr, col_idx, vec_mask, vector)
         return spmm_on_coords(c, values, x, n_rows, precision, out_fp32)
     y = cvse_spmm_cuda(row_ptr, col_idx, vec_mask, values, x, n_rows, vector, precision, out_dtype)
@@ -115,7 +112,7 @@ def _sddmm(
 ) -> Tensor:
     """The op's implementation: the kernels for CUDA inputs up to float32, else the reference.
     The A^T tensors are only for the backward."""
-    if not _on_kernels(x, y):
+    if not on_kernels(x, y):
         c = _coords(row_ptr, col_idx, vec_mask, vector)
         return sddmm_on_coords(c, vector * col_idx.numel(), x, y, precision)
     return cvse_sddmm_cuda(row_ptr, col_idx, vec_mask, x, y, x.shape[0], vector, precision)

@@ -23,6 +23,7 @@ from ..formats.mebcrs import MEBCRS
 from ..tensor_cache import TensorCache, built_for_reuse
 from ._pattern import check_values
 from .dispatch import register_format, spmm
+from .precision import on_kernels
 from .reference import spmm_on_coords
 
 _PLANS = TensorCache()  # HBELL.values -> _Plan
@@ -108,7 +109,7 @@ def hbell_spmm(a: HBELL, x: Tensor, precision: str, *, values: Tensor | None, ou
     values = a.values if values is None else values
     check_values("values", values, a)
     needs_grad = torch.is_grad_enabled() and (values.requires_grad or x.requires_grad)
-    if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype) or needs_grad:
+    if not on_kernels(values, x) or needs_grad:
         return spmm_on_coords(a.slot_coords(), values, x, a.n_rows, precision, out_fp32)
     out_dtype = torch.float32 if out_fp32 else x.dtype
     plan = _plan(a)
