@@ -73,10 +73,41 @@ def csr_rows(a: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
 
 
-def padding_mask(fmt: MEBCRS) -> torch.Tensor:
-    real = torch.zeros(8 * fmt.n_vectors, dtype=torch.bool)
+def padding_mask(fmt) -> torch.Tensor:
+    """bool [n_slots], True on the slots of a format's value layout that hold no nonzero."""
+    real = torch.zeros(fmt.n_slots, dtype=torch.bool)
     real[fmt.perm] = True
     return ~real
+
+
+def check_spmm_matches_float64(fmt, a: sp.csr_matrix, precision: str, n: int):
+    """``ops.spmm(fmt, x)`` for a standard normal x [n_cols, n], ``fmt`` any format of the
+    float32 matrix ``a``: float32 [n_rows, n], within BOUND of float64 scipy and within 1e-6
+    of float64 maths on the inputs rounded to the precision. Returns (x, the product)."""
+    x = torch.randn(a.shape[1], n)
+    y = ops.spmm(fmt, x, precision)
+    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
+    assert rel_err(y, a.astype(np.float64) @ x.double().numpy()) <= BOUND[precision]
+    # emulation: inputs rounded to the storage type, products summed in fp32
+    rounded = sp.csr_matrix((round_numpy(a.data, precision), a.indices, a.indptr), shape=a.shape)
+    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    return x, y
+
+
+def check_sddmm_matches_float64(fmt, a: sp.csr_matrix, precision: str, n: int):
+    """``ops.sddmm(fmt, u, w)`` for standard normal u [n_rows, n] and w [n_cols, n]: float32
+    [n_slots], each nonzero's slot (``fmt.perm``) within BOUND of float64 and within 1e-6 of
+    float64 maths on the rounded inputs, every other slot 0. Returns (u, w, the result)."""
+    u, w = torch.randn(a.shape[0], n), torch.randn(a.shape[1], n)
+    out = ops.sddmm(fmt, u, w, precision)
+    assert out.dtype == torch.float32 and out.shape == (fmt.n_slots,)
+    rows, cols = csr_rows(a), a.indices
+    exact = (u.double().numpy()[rows] * w.double().numpy()[cols]).sum(1)
+    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
+    ur, wr = round_numpy(u.numpy(), precision), round_numpy(w.numpy(), precision)
+    assert rel_err(out[fmt.perm], (ur[rows] * wr[cols]).sum(1)) <= 1e-6
+    assert not out[padding_mask(fmt)].any(), "sddmm wrote a padding slot"
+    return u, w, out
 
 
 # ---------------------------------------------------------------------------- spmm
@@ -85,15 +116,9 @@ def padding_mask(fmt: MEBCRS) -> torch.Tensor:
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_spmm_matches_float64_scipy(precision, n, k, rng):
     a, fmt = directed(rng, k)
-    x = torch.randn(a.shape[1], n)
-    y = ops.spmm(fmt, x, precision)
-    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
-    exact = a.astype(np.float64) @ x.double().numpy()
-    assert rel_err(y, exact) <= BOUND[precision]
-    # emulation: inputs rounded to the storage type, products summed in fp32
-    rounded = sp.csr_matrix((round_numpy(a.data, precision), a.indices, a.indptr), shape=a.shape)
-    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    x, y = check_spmm_matches_float64(fmt, a, precision, n)
     if precision != "fp32":
+        exact = a.astype(np.float64) @ x.double().numpy()
         assert rel_err(y, exact) > 1e-5, "inputs were not rounded"
 
 
@@ -160,15 +185,7 @@ def test_spmm_on_dlmc_sample(data_dir, rng):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_sddmm_matches_float64(precision, width, k, rng):
     a, fmt = directed(rng, k)
-    x, y = torch.randn(a.shape[0], width), torch.randn(a.shape[1], width)
-    out = ops.sddmm(fmt, x, y, precision)
-    assert out.dtype == torch.float32 and out.shape == (8 * fmt.n_vectors,)
-    rows, cols = csr_rows(a), a.indices
-    exact = (x.double().numpy()[rows] * y.double().numpy()[cols]).sum(1)
-    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
-    xr, yr = round_numpy(x.numpy(), precision), round_numpy(y.numpy(), precision)
-    assert rel_err(out[fmt.perm], (xr[rows] * yr[cols]).sum(1)) <= 1e-6
-    assert not out[padding_mask(fmt)].any(), "sddmm wrote a padding slot"
+    check_sddmm_matches_float64(fmt, a, precision, width)
 
 
 # ---------------------------------------------------------------------------- edge softmax
