@@ -22,7 +22,7 @@ from tests.ops.gpu_op_checks import (
     BOUND,
     EMULATION_BOUND,
     PRECISIONS,
-    bound,
+    check_gpu_spmm,
     csr_rows,
     dense,
     matrix,
@@ -79,22 +79,12 @@ def summation_bound(m) -> float:
 
 
 def check_spmm(name, vector, precision, n, x_dtype=torch.float32, out_fp32=False, bound_=None):
-    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
     m = sparse(name, vector)
-    x = dense(m.shape[1], n, name).to(x_dtype)
-    ref = m.astype(np.float64) @ x.double().numpy()
-    emulated = ops.spmm(cpu, x, precision, out_fp32=True)
-    out_dtype = torch.float32 if out_fp32 else x_dtype
-    x_dev = x.to(DEVICE)
-    for y in run_twice_poisoned(lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), DEVICE):
-        assert (
-            y.device.type == torch.device(DEVICE).type
-            and y.dtype == out_dtype
-            and y.shape == (m.shape[0], n)
-        )
-        assert not torch.isnan(y).any(), "an output element was not written"
-        assert rel_err(y, ref) <= (bound_ or bound(precision, out_dtype))
-        if out_dtype == torch.float32:
+    fmt = cvse(name, vector, DEVICE)
+    x, outputs = check_gpu_spmm(fmt, m, name, precision, n, x_dtype, out_fp32, bound_)
+    emulated = ops.spmm(cvse(name, vector, "cpu"), x, precision, out_fp32=True)
+    for y in outputs:
+        if y.dtype == torch.float32:
             assert rel_err(y, emulated) <= summation_bound(m)
 
 
