@@ -29,6 +29,46 @@ from ._pattern import transposed_values
 from .precision import compute_dtype, kernel_operands
 
 
+def _spmm_signature(
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    values: Tensor,
+    x: Tensor,
+    n_rows: int,
+    k: int,
+    precision: str,
+    out_fp32: bool,
+    t_row_ptr: Tensor | None,
+    t_col_idx: Tensor | None,
+    t_vec_mask: Tensor | None,
+    t_perm: Tensor | None,
+    t_src: Tensor | None,
+) -> Tensor:
+    raise NotImplementedError  # a prototype: its annotations give the op's schema
+
+
+def _sddmm_signature(
+    row_ptr: Tensor,
+    col_idx: Tensor,
+    vec_mask: Tensor,
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    precision: str,
+    t_row_ptr: Tensor | None,
+    t_col_idx: Tensor | None,
+    t_vec_mask: Tensor | None,
+    t_perm: Tensor | None,
+    t_src: Tensor | None,
+) -> Tensor:
+    raise NotImplementedError
+
+
+SPMM_SCHEMA = torch.library.infer_schema(_spmm_signature, mutates_args=())
+SDDMM_SCHEMA = torch.library.infer_schema(_sddmm_signature, mutates_args=())
+
+
 def _spmm_fake(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
     return x.new_empty((n_rows, x.shape[1]), dtype=torch.float32 if out_fp32 else x.dtype)
 
@@ -57,17 +97,18 @@ class PatternOps:
         self.sddmm_call: Callable[..., Tensor] | None = None
 
     def spmm(self, name: str, impl: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        """Register ``impl`` (signature in the module docstring) as the custom op ``name`` with
-        its fake and autograd kernels; returns the entry the package calls it through."""
-        op = torch.library.custom_op(name, impl, mutates_args=())
+        """Register ``impl``, taking the arguments of ``SPMM_SCHEMA`` in order, as the custom op
+        ``name`` with its fake and autograd kernels; returns the entry the package calls it
+        through."""
+        op = torch.library.custom_op(name, impl, mutates_args=(), schema=SPMM_SCHEMA)
         op.register_fake(_spmm_fake)
         self._spmm_name = name
         self.spmm_call = op_entry(op, impl, _spmm_setup, self._spmm_backward)
         return self.spmm_call
 
     def sddmm(self, name: str, impl: Callable[..., Tensor]) -> Callable[..., Tensor]:
-        """As ``spmm``, for the SDDMM."""
-        op = torch.library.custom_op(name, impl, mutates_args=())
+        """As ``spmm``, for the SDDMM (``SDDMM_SCHEMA``)."""
+        op = torch.library.custom_op(name, impl, mutates_args=(), schema=SDDMM_SCHEMA)
 
         def fake(row_ptr, col_idx, vec_mask, x, y, k, precision, *t):
             n_slots = self._vector_rows(k) * col_idx.shape[0]

@@ -66,24 +66,10 @@ def transpose_args(a: CVSE, needed: bool) -> tuple:
     return _cached(_TRANSPOSES, a.row_ptr, a.col_idx, a.vec_mask, a.vector, build)
 
 
-def _spmm(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    values: Tensor,
-    x: Tensor,
-    n_rows: int,
-    vector: int,
-    precision: str,
-    out_fp32: bool,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    """The op's implementation: the kernels for CUDA inputs up to float32, else the reference.
-    The A^T tensors are only for the backward."""
+def _spmm(row_ptr, col_idx, vec_mask, values, x, n_rows, vector, precision, out_fp32, *transpose):
+    """The op's implementation (arguments: ``SPMM_SCHEMA``, k = V): the kernels for CUDA inputs
+    up to float32, else the reference. The A^T tensors ``transpose`` are only for the
+    backward."""
     out_dtype = torch.float32 if out_fp32 else x.dtype
     if not on_kernels(values, x):
         c = _coords(row_ptr, col_idx, vec_mask, vector)
@@ -96,22 +82,10 @@ CVSE_OPS = PatternOps(vector_rows=lambda vector: vector)
 spmm_call = CVSE_OPS.spmm("flashgnn::cvse_spmm", _spmm)
 
 
-def _sddmm(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    x: Tensor,
-    y: Tensor,
-    vector: int,
-    precision: str,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    """The op's implementation: the kernels for CUDA inputs up to float32, else the reference.
-    The A^T tensors are only for the backward."""
+def _sddmm(row_ptr, col_idx, vec_mask, x, y, vector, precision, *transpose):
+    """The op's implementation (arguments: ``SDDMM_SCHEMA``, k = V): the kernels for CUDA inputs
+    up to float32, else the reference. The A^T tensors ``transpose`` are only for the
+    backward."""
     if not on_kernels(x, y):
         c = _coords(row_ptr, col_idx, vec_mask, vector)
         return sddmm_on_coords(c, vector * col_idx.numel(), x, y, precision)

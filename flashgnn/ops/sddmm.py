@@ -13,23 +13,10 @@ from .reference import sddmm_reference
 from .spmm import MEBCRS_OPS
 
 
-def _sddmm(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    x: Tensor,
-    y: Tensor,
-    k: int,
-    precision: str,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (CUDA cores for
-    fp32 and where ``tf32_on_cuda_cores``, tensor cores otherwise), else the reference. The A^T
-    tensors are only for the backward."""
+def _sddmm(row_ptr, col_idx, vec_mask, x, y, k, precision, *transpose):
+    """The op's implementation (arguments: ``SDDMM_SCHEMA``): the CUDA kernels for CUDA inputs
+    up to float32 (CUDA cores for fp32 and where ``tf32_on_cuda_cores``, tensor cores
+    otherwise), else the reference. The A^T tensors ``transpose`` are only for the backward."""
     if x.device.type != "cuda" or torch.float64 in (x.dtype, y.dtype):
         return sddmm_reference(row_ptr, col_idx, vec_mask, x, y, k, precision)
     if precision == "fp32" or (

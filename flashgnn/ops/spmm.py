@@ -14,25 +14,10 @@ from .dispatch import register_format
 from .reference import spmm_reference
 
 
-def _spmm(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    values: Tensor,
-    x: Tensor,
-    n_rows: int,
-    k: int,
-    precision: str,
-    out_fp32: bool,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    """The op's implementation: the CUDA kernels for CUDA inputs up to float32 (fp32 on CUDA
-    cores, tf32 too on large graphs), else the reference. The A^T tensors are only for the
-    backward."""
+def _spmm(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *transpose):
+    """The op's implementation (arguments: ``SPMM_SCHEMA``): the CUDA kernels for CUDA inputs
+    up to float32 (fp32 on CUDA cores, tf32 too on large graphs), else the reference. The A^T
+    tensors ``transpose`` are only for the backward."""
     if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
     if precision == "fp32" or (
