@@ -119,91 +119,54 @@ class PatternOps:
         self.sddmm_call = op_entry(op, impl, _sddmm_setup, self._sddmm_backward)
         return self.sddmm_call
 
+    def _product(self, ctx, pattern, t, values, dense, like: Tensor) -> Tensor:
+        """A @ dense [n_rows, N] for A = (pattern, values) with A^T's tensors ``t``, in the
+        dtype of ``like``."""
+        fp32 = like.dtype == torch.float32
+        out = self.spmm_call(*pattern, values, dense, like.shape[0], ctx.k, ctx.precision, fp32, *t)
+        return out.to(like.dtype)
+
+    def _transposed_product(
+        self, ctx, pattern, t, values, dense, like: Tensor, op: str, cache: bool = False
+    ) -> Tensor:
+        """A^T @ dense for A = (pattern, values), A's values moved into A^T's layout (kept for
+        as long as ``values`` lives unchanged with ``cache``), in the dtype of ``like``: the
+        gradient of SpMM's X or SDDMM's Y (``op``, "spmm" or "sddmm")."""
+        t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
+        if t_row_ptr is None:
+            name, operand = (self._spmm_name, "X") if op == "spmm" else (self._sddmm_name, "Y")
+            raise RuntimeError(
+                f"{name}: the gradient of {operand} needs A^T; call flashgnn.ops.{op}, which "
+                "builds it"
+            )
+        vector = self._vector_rows(ctx.k)
+        t_values = transposed_values(values, t_col_idx, t_perm, t_src, cache, vector)
+        # A^T's own transpose is A, with the slot maps swapped
+        return self._product(ctx, t[:3], (*pattern, t_src, t_perm), t_values, dense, like)
+
     def _spmm_backward(self, ctx, grad):
         row_ptr, col_idx, vec_mask, values, x, *t = ctx.saved_tensors
+        pattern = (row_ptr, col_idx, vec_mask)
         grad_values = grad_x = None
         (grad,) = kernel_operands(ctx.precision, grad)  # converted once for both products
         if ctx.needs_input_grad[3]:
-            grad_values = self.sddmm_call(
-                row_ptr, col_idx, vec_mask, grad, x, ctx.k, ctx.precision, *t
-            ).to(values.dtype)
+            grad_values = self.sddmm_call(*pattern, grad, x, ctx.k, ctx.precision, *t)
+            grad_values = grad_values.to(values.dtype)
         if ctx.needs_input_grad[4]:
-            t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
-            if t_row_ptr is None:
-                raise RuntimeError(
-                    f"{self._spmm_name}: the gradient of X needs A^T; call flashgnn.ops.spmm, "
-                    "which builds it"
-                )
             # constant values (GCN's normalised weights) are transposed once and cached
-            t_values = transposed_values(
-                values,
-                t_col_idx,
-                t_perm,
-                t_src,
-                cache=not ctx.needs_input_grad[3],
-                vector=self._vector_rows(ctx.k),
-            )
-            grad_x = self.spmm_call(
-                t_row_ptr,
-                t_col_idx,
-                t_vec_mask,
-                t_values,
-                grad,
-                x.shape[0],
-                ctx.k,
-                ctx.precision,
-                x.dtype == torch.float32,
-                row_ptr,
-                col_idx,
-                vec_mask,
-                t_src,
-                t_perm,
-            ).to(x.dtype)
+            cache = not ctx.needs_input_grad[3]
+            grad_x = self._transposed_product(ctx, pattern, t, values, grad, x, "spmm", cache)
         return (None, None, None, grad_values, grad_x) + (None,) * 9
 
     def _sddmm_backward(self, ctx, grad):
         row_ptr, col_idx, vec_mask, x, y, *t = ctx.saved_tensors
+        pattern = (row_ptr, col_idx, vec_mask)
         grad_x = grad_y = None
         need_x, need_y = ctx.needs_input_grad[3:5]
         # dX reads y, dY reads x; one tensor passed as both (AGNN) is converted once
         yk, xk = kernel_operands(ctx.precision, y if need_x else None, x if need_y else None)
         if need_x:
-            grad_x = self.spmm_call(
-                row_ptr,
-                col_idx,
-                vec_mask,
-                grad,
-                yk,
-                x.shape[0],
-                ctx.k,
-                ctx.precision,
-                x.dtype == torch.float32,
-                *t,
-            ).to(x.dtype)
+            grad_x = self._product(ctx, pattern, t, grad, yk, x)
         if need_y:
-            t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = t
-            if t_row_ptr is None:
-                raise RuntimeError(
-                    f"{self._sddmm_name}: the gradient of Y needs A^T; call flashgnn.ops.sddmm, "
-                    "which builds it"
-                )
-            grad_t = transposed_values(
-                grad, t_col_idx, t_perm, t_src, vector=self._vector_rows(ctx.k)
-            )
-            grad_y = self.spmm_call(
-                t_row_ptr,
-                t_col_idx,
-                t_vec_mask,
-                grad_t,
-                xk,
-                y.shape[0],
-                ctx.k,
-                ctx.precision,
-                y.dtype == torch.float32,
-                row_ptr,
-                col_idx,
-                vec_mask,
-                t_src,
-                t_perm,
-            ).to(y.dtype)
+            grad_y = self._transposed_product(ctx, pattern, t, grad, xk, y, "sddmm")
         return (None, None, None, grad_x, grad_y) + (None,) * 7

@@ -11,8 +11,13 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import ops
+from flashgnn.formats import CVSE
 from flashgnn.formats.mebcrs import MEBCRS
+from flashgnn.ops.cvse import sddmm_call as cvse_sddmm_call
+from flashgnn.ops.cvse import spmm_call as cvse_spmm_call
 from flashgnn.ops.precision import round_tf32
+from flashgnn.ops.sddmm import sddmm_call as mebcrs_sddmm_call
+from flashgnn.ops.spmm import spmm_call as mebcrs_spmm_call
 from tests.helpers import (
     csr_from_coo,
     graph_names,
@@ -320,6 +325,38 @@ def test_opcheck(name, rng):
     op = getattr(torch.ops.flashgnn, name).default
     for args in _op_arguments(fmt)[name]:
         torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("fmt_name", ["mebcrs", "cvse"])
+def test_a_gradient_through_a_missing_transpose_is_a_clear_error(fmt_name, rng):
+    """The ops' entries called without A^T (as only the package's own callers do) refuse the
+    gradients that need it, naming the public op that builds it; without those gradients
+    they run."""
+    a, fmt = directed(rng, 8)
+    if fmt_name == "cvse":
+        fmt = CVSE.from_csr(a.indptr, a.indices, a.data, n_cols=a.shape[1], vector=4)
+        spmm_call, sddmm_call, k = cvse_spmm_call, cvse_sddmm_call, 4
+    else:
+        spmm_call, sddmm_call, k = mebcrs_spmm_call, mebcrs_sddmm_call, 8
+    pattern, none = (fmt.row_ptr, fmt.col_idx, fmt.vec_mask), (None,) * 5
+    values = fmt.values.clone().requires_grad_()
+    u, w = torch.randn(a.shape[0], 3), torch.randn(a.shape[1], 3)
+    for x in (w.clone().requires_grad_(), w):
+        y = spmm_call(*pattern, values, x, a.shape[0], k, "fp32", False, *none)
+        if x.requires_grad:
+            with pytest.raises(RuntimeError, match=r"gradient of X needs A\^T; .*ops\.spmm,"):
+                y.sum().backward()
+        else:
+            (grad_values,) = torch.autograd.grad(y.sum(), [values])
+            assert grad_values.shape == values.shape
+    for y_in in (w.clone().requires_grad_(), w):
+        x_in = u.clone().requires_grad_()
+        s = sddmm_call(*pattern, x_in, y_in, k, "fp32", *none)
+        if y_in.requires_grad:
+            with pytest.raises(RuntimeError, match=r"gradient of Y needs A\^T; .*ops\.sddmm,"):
+                s.sum().backward()
+        else:
+            assert torch.autograd.grad(s.sum(), [x_in])[0].shape == u.shape
 
 
 # ---------------------------------------------------------------------------- bad input
