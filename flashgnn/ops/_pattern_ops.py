@@ -28,45 +28,16 @@ from ._autograd import op_entry
 from ._pattern import transposed_values
 from .precision import compute_dtype, kernel_operands
 
-
-def _spmm_signature(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    values: Tensor,
-    x: Tensor,
-    n_rows: int,
-    k: int,
-    precision: str,
-    out_fp32: bool,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    raise NotImplementedError  # a prototype: its annotations give the op's schema
-
-
-def _sddmm_signature(
-    row_ptr: Tensor,
-    col_idx: Tensor,
-    vec_mask: Tensor,
-    x: Tensor,
-    y: Tensor,
-    k: int,
-    precision: str,
-    t_row_ptr: Tensor | None,
-    t_col_idx: Tensor | None,
-    t_vec_mask: Tensor | None,
-    t_perm: Tensor | None,
-    t_src: Tensor | None,
-) -> Tensor:
-    raise NotImplementedError
-
-
-SPMM_SCHEMA = torch.library.infer_schema(_spmm_signature, mutates_args=())
-SDDMM_SCHEMA = torch.library.infer_schema(_sddmm_signature, mutates_args=())
+# the ops' signatures (module docstring) in torch.library's schema language
+_PATTERN = "Tensor row_ptr, Tensor col_idx, Tensor vec_mask"
+_TRANSPOSE = (
+    "Tensor? t_row_ptr, Tensor? t_col_idx, Tensor? t_vec_mask, Tensor? t_perm, Tensor? t_src"
+)
+SPMM_SCHEMA = (
+    f"({_PATTERN}, Tensor values, Tensor x, SymInt n_rows, SymInt k, str precision, "
+    f"bool out_fp32, {_TRANSPOSE}) -> Tensor"
+)
+SDDMM_SCHEMA = f"({_PATTERN}, Tensor x, Tensor y, SymInt k, str precision, {_TRANSPOSE}) -> Tensor"
 
 
 def _spmm_fake(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *t):
