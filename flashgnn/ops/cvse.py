@@ -15,6 +15,7 @@ from torch import Tensor
 
 from .._cuda.cvse import cvse_sddmm_cuda, cvse_spmm_cuda
 from ..formats.cvse import CVSE, decode_cvse_slots
+from ..formats.slot_layout import csr_order
 from ..formats.windowed import SlotCoords
 from ..tensor_cache import TensorCache, built_for_reuse, tensor_version
 from ._pattern import NO_TRANSPOSE, check_values
@@ -57,9 +58,7 @@ def transpose_args(a: CVSE, needed: bool) -> tuple:
 
     def build():
         c = _coords(a.row_ptr, a.col_idx, a.vec_mask, a.vector)
-        order = torch.argsort(c.col * max(a.n_rows, 1) + c.row)
-        indptr = torch.zeros(a.n_cols + 1, dtype=torch.int64, device=a.device)
-        indptr[1:] = torch.cumsum(torch.bincount(c.col, minlength=a.n_cols), 0)
+        indptr, order = csr_order(c.col, c.row, a.n_cols, a.n_rows)  # A^T's CSR
         t = CVSE.from_csr(indptr, c.row[order], None, a.n_rows, vector=a.vector)
         return t.row_ptr, t.col_idx, t.vec_mask, t.perm, c.slot[order]
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from .._cuda.hbell import spmm_dense_cuda
 from ..formats.hbell import BLOCK, HBELL
 from ..formats.mebcrs import MEBCRS
+from ..formats.slot_layout import csr_order
 from ..tensor_cache import TensorCache, built_for_reuse
 from ._pattern import check_values
 from .dispatch import register_format, spmm
@@ -72,9 +73,7 @@ def _build_plan(a: HBELL) -> _Plan:
     block = torch.searchsorted(a.brow_valptr, c.slot, right=True) - 1
     in_sparse = ~dense[block]
     row, col, slot = c.row[in_sparse], c.col[in_sparse], c.slot[in_sparse]
-    order = torch.argsort(row * max(a.n_cols, 1) + col)
-    indptr = torch.zeros(a.n_rows + 1, dtype=torch.int64, device=device)
-    indptr[1:] = torch.cumsum(torch.bincount(row, minlength=a.n_rows), 0)
+    indptr, order = csr_order(row, col, a.n_rows, a.n_cols)
     return _Plan(
         dense_ptr,
         a.bcidx[ids].contiguous(),
