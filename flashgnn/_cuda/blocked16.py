@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, ptr
+from .runtime import aligned16, launch, ptr, warp_blocks
 from .sddmm import sddmm_operands
 from .sources import register
 from .spmm import STORAGE, TAG, dense_operands
@@ -26,14 +26,6 @@ SOURCE = register(
     [_spmm_name(p, e, d) for p in PRECISION_ID for e in _RUNS for d in TAG]
     + [f"fg::b16::sddmm16<{i}>" for i in PRECISION_ID.values()],
 )
-
-
-def _aligned(n: int, *tensors: torch.Tensor) -> bool:
-    return n % 8 == 0 and all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def _grid(warps: int) -> tuple[int]:
-    return (-(-warps // _WARPS),)
 
 
 def spmm16_cuda(
@@ -61,7 +53,7 @@ def spmm16_cuda(
         SOURCE,
         _spmm_name(precision, e, out_dtype),
         x.device,
-        _grid(warps),
+        warp_blocks(warps, _WARPS),
         (32 * _WARPS,),
         ptr(row_ptr),
         ptr(col_idx),
@@ -69,7 +61,7 @@ def spmm16_cuda(
         n_windows,
         n_rows,
         n,
-        _aligned(n, xs, out),
+        n % 8 == 0 and aligned16(xs, out),
         ptr(xs),
         ptr(out),
     )
@@ -96,7 +88,7 @@ def sddmm16_cuda(
         SOURCE,
         f"fg::b16::sddmm16<{PRECISION_ID[precision]}>",
         x.device,
-        _grid(n_windows),
+        warp_blocks(n_windows, _WARPS),
         (32 * _WARPS,),
         ptr(row_ptr),
         ptr(col_idx),
@@ -104,7 +96,7 @@ def sddmm16_cuda(
         n_windows,
         x.shape[0],
         kdim,
-        _aligned(kdim, xs, ys),
+        kdim % 8 == 0 and aligned16(xs, ys),
         ptr(xs),
         ptr(ys),
         ptr(out),

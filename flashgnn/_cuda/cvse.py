@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, operand, ptr
+from .runtime import aligned16, launch, operand, ptr, warp_blocks
 from .sddmm import sddmm_operands
 from .sources import register
 from .spmm import STORAGE, TAG, dense_operands
@@ -37,19 +37,11 @@ SOURCE = register(
 )
 
 
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
 def _values_operand(values: torch.Tensor) -> torch.Tensor:
     """float32, contiguous and 16-byte aligned (the fp32 kernel reads a vector's values in
     16-byte loads; a view may start anywhere)."""
     vals = operand(values, torch.float32)
-    return vals if vals.data_ptr() % 16 == 0 else vals.clone()
-
-
-def _blocks(warps: int) -> tuple[int]:
-    return (-(-warps // WARPS),)
+    return vals if aligned16(vals) else vals.clone()
 
 
 def _windows(n_strips: int, vector: int) -> int:
@@ -93,7 +85,7 @@ def cvse_spmm_cuda(
         SOURCE,
         kernel,
         x.device,
-        _blocks(warps),
+        warp_blocks(warps, WARPS),
         (32 * WARPS,),
         ptr(row_ptr),
         ptr(col_idx),
@@ -102,7 +94,7 @@ def cvse_spmm_cuda(
         n_strips,
         n_rows,
         n,
-        n % 8 == 0 and _aligned(xs, out),
+        n % 8 == 0 and aligned16(xs, out),
         ptr(xs),
         ptr(out),
     )
@@ -139,7 +131,7 @@ def cvse_sddmm_cuda(
         SOURCE,
         kernel,
         x.device,
-        _blocks(warps),
+        warp_blocks(warps, WARPS),
         (32 * WARPS,),
         ptr(row_ptr),
         ptr(col_idx),
@@ -147,7 +139,7 @@ def cvse_sddmm_cuda(
         n_strips,
         n_rows,
         kdim,
-        aligned and _aligned(xs, ys),
+        aligned and aligned16(xs, ys),
         ptr(xs),
         ptr(ys),
         ptr(out),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import current_stream, launch, operand, ptr
+from .runtime import current_stream, launch, operand, ptr, warp_blocks
 from .segments import segments_for
 from .sources import register
 
@@ -28,10 +28,6 @@ SOURCE = register(
 )
 _WARPS = 8  # warps per block, one window segment (or split window) each
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def _blocks(warps: int) -> tuple[int]:
-    return ((warps + _WARPS - 1) // _WARPS,)
 
 
 def _check(row_ptr, vec_mask, k, named):
@@ -165,7 +161,7 @@ def _run(
         SOURCE,
         f"fg::softmax::edge_softmax_segments<{tag}>",
         device,
-        _blocks(seg.n_segments),
+        warp_blocks(seg.n_segments, _WARPS),
         (32 * _WARPS,),
         ptr(row_ptr),
         ptr(vec_mask),
@@ -188,7 +184,7 @@ def _run(
             SOURCE,
             f"fg::softmax::edge_softmax_finish<{tag}>",
             device,
-            _blocks(seg.n_parts),
+            warp_blocks(seg.n_parts, _WARPS),
             (32 * _WARPS,),
             ptr(row_ptr),
             ptr(vec_mask),
@@ -318,7 +314,7 @@ def gat_softmax_transposed_cuda(
             SOURCE,
             "fg::softmax::gat_softmax_transposed",
             el.device,
-            _blocks(seg.n_segments),
+            warp_blocks(seg.n_segments, _WARPS),
             (32 * _WARPS,),
             ptr(t_row_ptr),
             ptr(t_vec_mask),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime import launch, operand, ptr
+from .runtime import aligned16, launch, operand, ptr, warp_blocks
 from .sources import register
 from .spmm import STORAGE, TAG
 
@@ -26,10 +26,6 @@ SOURCE = register(
     [_name(p, e, d) for p, runs in _RUNS.items() for e in runs for d in TAG]
     + ["fg::hbell::spmm_dense_fp32"],
 )
-
-
-def _blocks(warps: int) -> tuple[int]:
-    return (-(-warps // _WARPS),)
 
 
 def spmm_dense_cuda(
@@ -62,7 +58,7 @@ def spmm_dense_cuda(
                 SOURCE,
                 "fg::hbell::spmm_dense_fp32",
                 x.device,
-                _blocks(n_rows * -(-n // 32)),
+                warp_blocks(n_rows * -(-n // 32), _WARPS),
                 (32 * _WARPS,),
                 ptr(dense_ptr),
                 ptr(dense_col),
@@ -81,12 +77,12 @@ def spmm_dense_cuda(
     if n == 0 or n_rows == 0:
         return out
     e = 4 if n <= 32 or precision == "tf32" else 8
-    aligned = n % 8 == 0 and xs.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0
+    aligned = n % 8 == 0 and aligned16(xs, out)
     launch(
         SOURCE,
         _name(precision, e, out_dtype),
         x.device,
-        _blocks(n_brows * -(-n // (8 * e))),
+        warp_blocks(n_brows * -(-n // (8 * e)), _WARPS),
         (32 * _WARPS,),
         ptr(dense_ptr),
         ptr(dense_col),

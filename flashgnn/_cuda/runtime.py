@@ -33,6 +33,17 @@ def stride_blocks(items: int, threads: int) -> tuple[int]:
     return (min(-(-items // threads), MAX_GRID_BLOCKS),)
 
 
+def warp_blocks(warps: int, warps_per_block: int) -> tuple[int]:
+    """Grid of a kernel that gives each of ``warps`` work items a warp, ``warps_per_block``
+    warps a block."""
+    return (-(-warps // warps_per_block),)
+
+
+def aligned16(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor's data starts on a 16-byte boundary (the kernels' vector loads)."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
 def require_device(device: torch.device) -> int:
     """Index of a usable CUDA device, or a clear error."""
     if not torch.cuda.is_available():

@@ -7,7 +7,15 @@ from typing import NamedTuple
 import torch
 
 from ..tensor_cache import TensorCache
-from .runtime import current_stream, launch, launched_dependent, operand, ptr, stride_blocks
+from .runtime import (
+    aligned16,
+    current_stream,
+    launch,
+    launched_dependent,
+    operand,
+    ptr,
+    stride_blocks,
+)
 from .segments import segments_for
 from .sources import register
 
@@ -92,10 +100,6 @@ def preamble_for(seg, vals: torch.Tensor | None, dependent: bool) -> int:
     if not (dependent and seg.launched):
         return NO_PREAMBLE
     return PATTERN_AND_VALUES if vals is not None and _VALUES_READ.get(vals) else PATTERN
-
-
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
 # (seg_vectors, ways) by graph size: a segment of at most seg_vectors vectors goes to one block,
@@ -203,7 +207,7 @@ def spmm_tensor_core(
         raise ValueError(f"spmm: features per lane must be 2, 4 or 8, got {features}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     workspace = split_workspace(seg, n, out)
-    aligned = n % 8 == 0 and _aligned(xs, out, workspace)
+    aligned = n % 8 == 0 and aligned16(xs, out, workspace)
     fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
     chunks = -(-n // (8 * features))
     per_way = chunk_warps(chunks, ways)

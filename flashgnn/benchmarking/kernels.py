@@ -4,16 +4,16 @@ on the real graphs and on generated power-law graphs at OGB scale.
 ms: median of per-call CUDA-event times after warm-up, each call with a cold L2 (timing.py's
 Timer); with --timer back-to-back, the median over CUDA-graph replays of many calls in a row
 of the time per call, operands warm in L2 where they fit (timing.py's BackToBackTimer: the
-reference implementation's method), for our kernels and the baselines alike.
+reference implementation's method), for flashgnn's kernels and the baselines alike.
 GFLOPS: 2 * nnz * N / t, real nonzeros only (padding slots of 8x1 vectors do not count).
 Effective GB/s: bytes / t, counting every array once, and the gathered dense rows once per
-vector (ours) or per nonzero (CSR), the minimum a kernel without reuse across windows moves:
+vector (ME-BCRS) or per nonzero (CSR), the minimum a kernel without reuse across windows moves:
   SpMM ME-BCRS:   row_ptr + col_idx + values (8 per vector) + X, n_vectors * N + Y, n_rows * N
   SpMM CSR:       indptr + indices + values + X, nnz * N + Y, n_rows * N
   SDDMM ME-BCRS:  row_ptr + col_idx + vec_mask + X, n_rows * K + Y, n_vectors * K + out, 8 per
   vector
   SDDMM CSR:      indptr + indices + X, n_rows * K + Y, nnz * K + out, nnz
-each element at its stored size. Our kernels get X and Y in the precision's storage type
+each element at its stored size. flashgnn's kernels get X and Y in the precision's storage type
 (fp16, bf16; float32 for tf32 and fp32) and A's values as the format stores them (float32),
 as a layer calls them. The baselines are float32 CSR with int32 indices: torch.sparse.mm
 (cuSPARSE SpMM) and torch.sparse.sampled_addmm (cuSPARSE SDDMM, which computes
@@ -376,7 +376,7 @@ class KernelBench:
 
 
 def ours(impl: str) -> bool:
-    """Whether a row's impl is one of our kernels: a precision (ME-BCRS) or "<format>
+    """Whether a row's impl is one of flashgnn's kernels: a precision (ME-BCRS) or "<format>
     <precision>" (--formats)."""
     name, _, precision = impl.rpartition(" ")
     return precision in PRECISIONS and (not name or name in SPECS)
@@ -394,8 +394,8 @@ def _mebcrs_bytes(fmt: MEBCRS) -> int:
 def summary(
     rows: list[Row], real: set[str], generated: list[str]
 ) -> tuple[list[str], list[list[str]]]:
-    """One line per (op, precision, size) of our kernels: geometric-mean speedup over the real
-    graphs, speedup and effective GB/s on each generated graph, and how many rows failed."""
+    """One line per (op, precision, size) of flashgnn's kernels: geometric-mean speedup over the
+    real graphs, speedup and effective GB/s on each generated graph, and how many rows failed."""
     mean = {(r.op, r.impl, r.size): r for r in table.geomean_rows(rows, real, "geomean")}
     by_graph = {(r.graph, r.op, r.impl, r.size): r for r in rows}
     keys = list(dict.fromkeys((r.op, r.impl, r.size) for r in rows if r.op in OPS and ours(r.impl)))

@@ -17,7 +17,7 @@ over rounds. It is what a step costs where the host is the bottleneck: there the
 gives the GPU time left after the host's lead over the 0.2 ms GPU sleep that precedes each
 call, which moves with the host's speed (docs/TUNING.md). A step's time is the larger of ms
 and wall ms (the event time on a GPU-bound step, the wall time on a host-bound one), for PyG's
-rows and ours alike.
+rows and flashgnn's alike.
 Precision: flashgnn runs under the training code's ``precision_scope`` (sparse ops in the
 precision; dense matmuls under autocast for fp16/bf16, TF32 for tf32; on CUDA the backward on
 the calling thread); PyG runs under the same scope for fp32 and fp16 (fp16 = ``torch.autocast``).
@@ -445,7 +445,7 @@ def report(
     rows: list[ModelRow], notes: list[str], args, title: str, method: str, timer: Timer
 ) -> int:
     """Print the table and the notes, write --csv and --markdown; 1 when a flashgnn row
-    failed (a PyG configuration PyG cannot run is not a failure of ours)."""
+    failed (a PyG configuration PyG cannot run is not a failure of flashgnn)."""
     env = environment(timer) if args.csv or args.markdown else {}
     if args.csv:
         table.write_csv(rows, args.csv, env, ModelRow)

@@ -15,7 +15,7 @@ from .results import provenance
 
 @dataclass
 class Row:
-    """One measured configuration. ``impl`` is the precision of our kernel, the baseline's
+    """One measured configuration. ``impl`` is the precision of flashgnn's kernel, the baseline's
     name, or ``k8``/``k4`` for a format build; ``size`` is N (SpMM) or K (SDDMM);
     ``speedup`` = baseline ms / ms; ``rel_err`` against float64 (``--check``);
     ``extra_mb``: device memory the call allocated (output + workspace)."""

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .device_builders import check_device
-from .slot_layout import SlotLayout
-from .windowed import SlotCoords, WindowedFormat, csr_inputs
+from .windowed import SlotCoords, WindowedFormat, csr_on_device
 
 ROWS = 16  # rows per window
 COLS = 8  # columns per block
@@ -32,7 +30,7 @@ BLOCK = ROWS * COLS
 
 
 @dataclass
-class Blocked16(SlotLayout, WindowedFormat):
+class Blocked16(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the 16x1 blocked format (module docstring)."""
 
     _coords: SlotCoords | None = field(default=None, repr=False, compare=False)
@@ -64,17 +62,11 @@ class Blocked16(SlotLayout, WindowedFormat):
     ) -> Blocked16:
         """Build from a canonical CSR matrix; the arguments and their errors are those of
         ``MEBCRS.from_csr``. Vectorised torch, the same code on the CPU and the GPU."""
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr_t, indices_t, values_t, n_cols, device = csr_on_device(
             indptr, indices, values, n_cols, device
         )
-        check_device(device)  # a clear error where the device cannot be used
-        indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         row_ptr, col_idx, perm, vec_mask = build_pattern16(indptr_t, indices_t, n_cols)
-        out = (
-            values_t.to(device)
-            .new_zeros(BLOCK * row_ptr[-1].item())
-            .index_copy_(0, perm, values_t.to(device))
-        )
+        out = values_t.new_zeros(BLOCK * row_ptr[-1].item()).index_copy_(0, perm, values_t)
         return cls(row_ptr, col_idx, out, perm, vec_mask, indptr_t.numel() - 1, n_cols)
 
     def slot_coords(self) -> SlotCoords:

@@ -20,15 +20,13 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .device_builders import check_device
-from .slot_layout import SlotLayout
-from .windowed import MAX_DIM, SlotCoords, WindowedFormat, csr_inputs
+from .windowed import MAX_DIM, SlotCoords, WindowedFormat, csr_on_device
 
 VECTORS = (2, 4, 8)  # the vector lengths the encoding defines
 
 
 @dataclass
-class CVSE(SlotLayout, WindowedFormat):
+class CVSE(WindowedFormat):
     """A sparse n_rows x n_cols matrix in the column-vector sparse encoding (module
     docstring); ``vector`` is V, the rows of a strip and of every column vector."""
 
@@ -74,13 +72,10 @@ class CVSE(SlotLayout, WindowedFormat):
         ):
             raise ValueError(f"vector must be one of {VECTORS}, got {vector!r}")
         vector = int(vector)
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr_t, indices_t, values_t, n_cols, device = csr_on_device(
             indptr, indices, values, n_cols, device
         )
-        check_device(device)
-        indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         row_ptr, col_idx, perm, vec_mask = build_cvse_pattern(indptr_t, indices_t, n_cols, vector)
-        values_t = values_t.to(device)
         out = values_t.new_zeros(vector * col_idx.numel()).index_copy_(0, perm, values_t)
         return cls(
             row_ptr, col_idx, out, perm, vec_mask, indptr_t.numel() - 1, n_cols, vector=vector

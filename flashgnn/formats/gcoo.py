@@ -19,9 +19,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .device_builders import check_device
 from .slot_layout import SlotLayout
-from .windowed import SlotCoords, csr_inputs
+from .windowed import SlotCoords, csr_on_device
 
 GROUPS = (1, 2, 4, 8)  # rows per strip: the kernel keeps a strip's sums in registers
 
@@ -77,15 +76,12 @@ class GCOO(SlotLayout):
         """
         if type(group) is not int or group not in GROUPS:
             raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr_t, indices_t, values_t, n_cols, device = csr_on_device(
             indptr, indices, values, n_cols, device
         )
-        check_device(device)
-        indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         group_ptr, group_nnz, rows, cols, perm = build_gcoo_pattern(
             indptr_t, indices_t, n_cols, group
         )
-        values_t = values_t.to(device)
         out = torch.empty_like(values_t).index_copy_(0, perm, values_t)
         n_rows = indptr_t.numel() - 1
         return cls(group_ptr, group_nnz, rows, cols, out, perm, n_rows, n_cols, group)

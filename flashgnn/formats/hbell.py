@@ -32,10 +32,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .device_builders import check_device
 from .slot_layout import SlotLayout
 from .storage import Storage
-from .windowed import MAX_DIM, SlotCoords, csr_inputs
+from .windowed import MAX_DIM, SlotCoords, csr_on_device
 
 BLOCK = 16  # rows and columns of a block
 BLOCK_SLOTS = BLOCK * BLOCK
@@ -109,14 +108,11 @@ class HBELL(SlotLayout):
             raise ValueError(f"dense_fill must be a number in [0, 1], got {dense_fill!r}")
         if not 0 <= dense_fill <= 1:
             raise ValueError(f"dense_fill must be in [0, 1], got {dense_fill}")
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr_t, indices_t, values_t, n_cols, device = csr_on_device(
             indptr, indices, values, n_cols, device
         )
-        check_device(device)
-        indptr_t, indices_t = indptr_t.to(device), indices_t.to(device)
         min_nnz = max(math.ceil(dense_fill * BLOCK_SLOTS), 1)
         arrays = build_hbell_pattern(indptr_t, indices_t, n_cols, min_nnz)
-        values_t = values_t.to(device)
         n_values = int(arrays["brow_valptr"][-1])
         out = values_t.new_zeros(n_values).index_copy_(0, arrays["perm"], values_t)
         return cls(**arrays, values=out, n_rows=indptr_t.numel() - 1, n_cols=n_cols)

@@ -145,25 +145,6 @@ class MEBCRS(WindowedFormat):
     def slot_coords(self) -> SlotCoords:
         return decode_slots(self.row_ptr, self.col_idx, self.vec_mask, self.k)
 
-    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(indptr int64 [n_rows+1], indices int64 [nnz], values [nnz]) in the CSR order
-        the matrix was built from. Decoded from the format, not stored."""
-        c = self.slot_coords()
-        key = c.row * max(self.n_cols, 1) + c.col
-        order = torch.argsort(key)
-        indices = c.col[order]
-        counts = torch.bincount(c.row, minlength=self.n_rows)
-        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, indices, self.values[self.perm]
-
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        c = self.slot_coords()
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[c.row, c.col] = self.values[c.slot]
-        return out
-
     def with_values(self, values: torch.Tensor) -> MEBCRS:
         """Same pattern, new values in the value layout ([8 * n_vectors]). Its A^T shares this
         one's pattern and holds the new values."""

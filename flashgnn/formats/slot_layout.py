@@ -8,6 +8,18 @@ from dataclasses import replace
 import torch
 
 
+def csr_order(
+    rows: torch.Tensor, cols: torch.Tensor, n_rows: int, n_cols: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of the distinct nonzeros at (rows, cols), int64 [nnz] each, of an n_rows x n_cols
+    matrix: (indptr int64 [n_rows + 1], order int64 [nnz]), ``order`` sorting the nonzeros by
+    row, then column."""
+    order = torch.argsort(rows * max(n_cols, 1) + cols)
+    indptr = torch.zeros(n_rows + 1, dtype=torch.int64, device=rows.device)
+    indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n_rows), 0)
+    return indptr, order
+
+
 class SlotLayout:
     """Mixin of a dataclass format that has ``slot_coords()`` (SlotCoords ordered by slot),
     ``values`` [n_slots], ``perm`` int64 [nnz] (the slot of each nonzero in CSR order),
@@ -29,11 +41,8 @@ class SlotLayout:
         """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
         from the arrays (the CSR it was built from, exactly)."""
         c = self.slot_coords()
-        order = torch.argsort(c.row * max(self.n_cols, 1) + c.col)
-        counts = torch.bincount(c.row, minlength=self.n_rows)
-        indptr = torch.zeros(self.n_rows + 1, dtype=torch.int64, device=self.device)
-        indptr[1:] = torch.cumsum(counts, 0)
-        return indptr, c.col[order], self.values[c.slot[order]]
+        indptr, order = csr_order(c.row, c.col, self.n_rows, self.n_cols)
+        return indptr, c.col[order], self.values[self.perm]
 
     def to_dense(self) -> torch.Tensor:
         """Dense [n_rows, n_cols] copy, for small matrices."""

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .device_builders import check_device
-from .windowed import MAX_DIM, SlotCoords, csr_inputs
+from .windowed import MAX_DIM, SlotCoords, csr_on_device
 
 CHUNK = 64  # nonzeros of one MMA's right operand (8 x 8)
 K_MMA = 8  # the MMA's k: nonzeros per column of the right operand
@@ -124,16 +123,14 @@ class TCACSR:
         Vectorised torch on the CPU and the GPU alike. ValueError naming the first problem of
         the input.
         """
-        indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr_t, indices_t, values_t, n_cols, device = csr_on_device(
             indptr, indices, values, n_cols, device
         )
-        check_device(device)
-        indptr_t = indptr_t.to(device)
         warp_row, warp_rank, row_warps = build_tca_schedule(indptr_t)
         return cls(
             indptr_t,
-            indices_t.to(device=device, dtype=torch.int32),
-            values_t.to(device),
+            indices_t.to(torch.int32),
+            values_t,
             warp_row,
             warp_rank,
             row_warps,

@@ -1,6 +1,6 @@
 """What the windowed formats (ME-BCRS in ``mebcrs.py``, the 16x1 baseline in ``blocked16.py``)
-share: the checks of the canonical CSR they are built from, the arrays both hold, and the
-coordinates of their real value slots (docs/FORMAT.md)."""
+share: the checks of the canonical CSR they (and the other formats) are built from, the arrays
+both hold, and the coordinates of their real value slots (docs/FORMAT.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import numbers
 from dataclasses import dataclass
 
 import torch
+
+from .device_builders import check_device
+from .slot_layout import SlotLayout
 
 # The most rows or columns a format holds: its column indices are int32, and so are the row
 # indices of the kernels (and A^T's columns are A's rows).
@@ -114,6 +117,17 @@ def csr_inputs(indptr, indices, values, n_cols: int | None, device):
     return indptr_t, indices_t, values_t, n_cols, device
 
 
+def csr_on_device(indptr, indices, values, n_cols: int | None, device):
+    """``csr_inputs``, then a clear error unless formats can be built on the target device,
+    and the three tensors moved there: (indptr int64, indices int64, values float, n_cols,
+    device), the preamble of every format's ``from_csr``."""
+    indptr_t, indices_t, values_t, n_cols, device = csr_inputs(
+        indptr, indices, values, n_cols, device
+    )
+    check_device(device)
+    return indptr_t.to(device), indices_t.to(device), values_t.to(device), n_cols, device
+
+
 @dataclass
 class SlotCoords:
     """Coordinates of the real (nonzero-pattern) value slots of a windowed-format matrix.
@@ -127,8 +141,8 @@ class SlotCoords:
 
 
 @dataclass
-class WindowedFormat:
-    """The arrays and sizes common to the windowed formats (MEBCRS, format16.Blocked16); each
+class WindowedFormat(SlotLayout):
+    """The arrays and sizes common to the windowed formats (MEBCRS, Blocked16, CVSE); each
     documents what its arrays hold."""
 
     row_ptr: torch.Tensor
@@ -140,17 +154,5 @@ class WindowedFormat:
     n_cols: int
 
     @property
-    def nnz(self) -> int:
-        return self.perm.numel()
-
-    @property
     def n_windows(self) -> int:
         return self.row_ptr.numel() - 1
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)

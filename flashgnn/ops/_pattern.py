@@ -28,16 +28,18 @@ def transpose_args(a: MEBCRS, needed: bool) -> tuple:
     return t.fmt.row_ptr, t.fmt.col_idx, t.fmt.vec_mask, t.fmt.perm, t.src_slot
 
 
-def transposed_values(values, t_col_idx, t_perm, t_src, cache: bool = False) -> torch.Tensor:
-    """A^T's value layout filled from A's values, for the ops, which read real slots only (the
-    padding slots are left unset): one kernel on the GPU. With ``cache`` the result is kept for
-    as long as ``values`` lives unchanged (for constant values, such as GCN's normalised
-    weights)."""
+def transposed_values(
+    values, t_col_idx, t_perm, t_src, cache: bool = False, vector: int = 8
+) -> torch.Tensor:
+    """A^T's value layout, ``vector`` slots per vector of ``t_col_idx`` (8 for ME-BCRS, V for
+    CVSE), filled from A's values, for the ops, which read real slots only (the padding slots
+    are left unset): one kernel on the GPU. With ``cache`` the result is kept for as long as
+    ``values`` lives unchanged (for constant values, such as GCN's normalised weights)."""
     if cache and not tracing():
         hit = _TRANSPOSED.get(values)
         if hit is not None and hit[0] is t_perm:
             return hit[1]
-    n_slots = 8 * t_col_idx.numel()
+    n_slots = vector * t_col_idx.numel()
     # the kernel records no gradient: values that take one in a higher derivative are indexed
     if values.is_cuda and not tracing() and not (values.requires_grad and torch.is_grad_enabled()):
         out = move_values_cuda(values, t_src, t_perm, values.new_empty(n_slots))

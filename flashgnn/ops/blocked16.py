@@ -16,6 +16,7 @@ from .._cuda.blocked16 import sddmm16_cuda, spmm16_cuda
 from ..formats.blocked16 import Blocked16
 from ._pattern import check_values
 from .dispatch import register_format
+from .precision import on_kernels
 from .reference import sddmm_on_coords, spmm_on_coords
 
 _KERNEL_PRECISIONS = ("fp16", "bf16")
@@ -31,7 +32,7 @@ def _forward_only(op: str, *tensors: Tensor) -> None:
 
 def _on_kernels(precision: str, *tensors: Tensor) -> bool:
     """True when the CUDA kernels compute the op; a clear error for precisions they lack."""
-    if tensors[0].device.type != "cuda" or any(t.dtype == torch.float64 for t in tensors):
+    if not on_kernels(*tensors):
         return False
     if precision not in _KERNEL_PRECISIONS:
         raise ValueError(

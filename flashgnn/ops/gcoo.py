@@ -18,7 +18,7 @@ from .._cuda.gcoo import gcoo_spmm_cuda
 from ..formats.gcoo import GCOO
 from ._pattern import check_values
 from .dispatch import register_format
-from .precision import half_storage
+from .precision import half_storage, on_kernels
 from .reference import spmm_on_coords
 
 
@@ -30,11 +30,6 @@ def forward_only(fmt: str, *tensors: Tensor) -> None:
             "call it under torch.no_grad(), pass float64 inputs (the differentiable reference) "
             "or train on ME-BCRS"
         )
-
-
-def on_kernels(*tensors: Tensor) -> bool:
-    """Whether the CUDA kernels take the inputs: CUDA tensors, none of them float64."""
-    return tensors[0].device.type == "cuda" and all(t.dtype != torch.float64 for t in tensors)
 
 
 def gcoo_cuda(a: GCOO, values: Tensor, x: Tensor, precision: str) -> Tensor:

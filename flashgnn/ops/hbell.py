@@ -20,9 +20,11 @@ from torch import Tensor
 from .._cuda.hbell import spmm_dense_cuda
 from ..formats.hbell import BLOCK, HBELL
 from ..formats.mebcrs import MEBCRS
+from ..formats.slot_layout import csr_order
 from ..tensor_cache import TensorCache, built_for_reuse
 from ._pattern import check_values
 from .dispatch import register_format, spmm
+from .precision import on_kernels
 from .reference import spmm_on_coords
 
 _PLANS = TensorCache()  # HBELL.values -> _Plan
@@ -74,11 +76,9 @@ def _build_plan(a: HBELL) -> _Plan:
     block = torch.searchsorted(a.brow_valptr, c.slot, right=True) - 1
     in_sparse = ~dense[block]
     row, col, slot = c.row[in_sparse], c.col[in_sparse], c.slot[in_sparse]
-    order = torch.argsort(row * max(a.n_cols, 1) + col)
+    indptr, order = csr_order(row, col, a.n_rows, a.n_cols)
     dense_slots = (a.brow_valptr[ids][:, None] + torch.arange(BLOCK * BLOCK, device=device)).ravel()
     dense_padding = dense_slots[~torch.isin(dense_slots, c.slot)]
-    indptr = torch.zeros(a.n_rows + 1, dtype=torch.int64, device=device)
-    indptr[1:] = torch.cumsum(torch.bincount(row, minlength=a.n_rows), 0)
     return _Plan(
         dense_ptr,
         a.bcidx[ids].contiguous(),
@@ -114,7 +114,7 @@ def hbell_spmm(a: HBELL, x: Tensor, precision: str, *, values: Tensor | None, ou
     values = a.values if values is None else values
     check_values("values", values, a)
     needs_grad = torch.is_grad_enabled() and (values.requires_grad or x.requires_grad)
-    if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype) or needs_grad:
+    if not on_kernels(values, x) or needs_grad:
         return spmm_on_coords(a.slot_coords(), values, x, a.n_rows, precision, out_fp32)
     out_dtype = torch.float32 if out_fp32 else x.dtype
     plan = _plan(a)

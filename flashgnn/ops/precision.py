@@ -25,6 +25,12 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def on_kernels(*tensors: torch.Tensor) -> bool:
+    """Whether the CUDA kernels take the inputs: CUDA tensors, none of them float64 (which the
+    reference keeps, for gradcheck)."""
+    return tensors[0].device.type == "cuda" and all(t.dtype != torch.float64 for t in tensors)
+
+
 def half_storage(precision: str) -> torch.dtype | None:
     """The 16-bit type fp16/bf16 operands are stored in; None for fp32 and tf32."""
     return _STORAGE.get(precision)

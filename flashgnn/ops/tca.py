@@ -20,7 +20,8 @@ from ..formats.tca import TCACSR
 from ..tensor_cache import TensorCache, built_for_reuse
 from ._pattern import check_values
 from .dispatch import register_format
-from .gcoo import forward_only, gcoo_cuda, on_kernels
+from .gcoo import forward_only, gcoo_cuda
+from .precision import on_kernels
 from .reference import spmm_on_coords
 
 _GCOO = TensorCache()  # TCACSR.indices -> (its indptr, the GCOO of that pattern)

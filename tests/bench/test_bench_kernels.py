@@ -90,7 +90,7 @@ def test_rows_formulas_and_check(tmp_path, data_dir):
 
 
 def test_effective_bytes_of_spmm(tmp_path, data_dir):
-    """GB/s of our fp16 SpMM counts row_ptr, col_idx, the format's float32 values (8 per
+    """GB/s of flashgnn's fp16 SpMM counts row_ptr, col_idx, the format's float32 values (8 per
     vector), fp16 X gathered once per vector and fp16 Y written once."""
     _, rows, _ = _run(tmp_path, data_dir, "--ops", "spmm", "--precisions", "fp16")
     from flashgnn import MEBCRS

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import ops
+from flashgnn.data.dlmc import expand_rows
 from flashgnn.formats import CVSE
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import GPU, dlmc_spread, graph_params, load_dlmc, rel_err
@@ -21,7 +22,7 @@ from tests.ops.gpu_op_checks import (
     BOUND,
     EMULATION_BOUND,
     PRECISIONS,
-    bound,
+    check_gpu_spmm,
     csr_rows,
     dense,
     matrix,
@@ -37,20 +38,17 @@ SIZES = (1, 7, 32, 64, 100, 128, 256)  # both tile counts, every fp32 lane width
 
 
 def dlmc_expanded(i: int, vector: int) -> sp.csr_matrix:
-    """DLMC matrix ``i`` [r, c] as Chen et al. use it: each nonzero (i, j) becomes the vector
-    of rows V i .. V i + V - 1 in column j, [V r, c], random nonzero values."""
+    """DLMC matrix ``i`` [r, c] as Chen et al. use it (``flashgnn.data.dlmc.expand_rows``):
+    each nonzero (i, j) becomes the vector of rows V i .. V i + V - 1 in column j, [V r, c],
+    random nonzero values."""
     ((_, pattern),) = load_dlmc([i])
-    coo = pattern.tocoo()
-    rows = (vector * coo.row[:, None] + np.arange(vector)).ravel()
-    cols = np.repeat(coo.col, vector)
+    indptr, indices = expand_rows(pattern.indptr, pattern.indices, vector)
     rng = np.random.default_rng(seed_of("dlmc", i, vector))
-    values = rng.uniform(0.5, 1.5, rows.size) * rng.choice([-1.0, 1.0], rows.size)
-    m = sp.csr_matrix(
-        (values.astype(np.float32), (rows, cols)),
+    values = rng.uniform(0.5, 1.5, indices.size) * rng.choice([-1.0, 1.0], indices.size)
+    return sp.csr_matrix(
+        (values.astype(np.float32), indices, indptr),
         shape=(vector * pattern.shape[0], pattern.shape[1]),
     )
-    m.sort_indices()
-    return m
 
 
 @functools.cache
@@ -81,22 +79,12 @@ def summation_bound(m) -> float:
 
 
 def check_spmm(name, vector, precision, n, x_dtype=torch.float32, out_fp32=False, bound_=None):
-    fmt, cpu = cvse(name, vector, DEVICE), cvse(name, vector, "cpu")
     m = sparse(name, vector)
-    x = dense(m.shape[1], n, name).to(x_dtype)
-    ref = m.astype(np.float64) @ x.double().numpy()
-    emulated = ops.spmm(cpu, x, precision, out_fp32=True)
-    out_dtype = torch.float32 if out_fp32 else x_dtype
-    x_dev = x.to(DEVICE)
-    for y in run_twice_poisoned(lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), DEVICE):
-        assert (
-            y.device.type == torch.device(DEVICE).type
-            and y.dtype == out_dtype
-            and y.shape == (m.shape[0], n)
-        )
-        assert not torch.isnan(y).any(), "an output element was not written"
-        assert rel_err(y, ref) <= (bound_ or bound(precision, out_dtype))
-        if out_dtype == torch.float32:
+    fmt = cvse(name, vector, DEVICE)
+    x, outputs = check_gpu_spmm(fmt, m, name, precision, n, x_dtype, out_fp32, bound_)
+    emulated = ops.spmm(cvse(name, vector, "cpu"), x, precision, out_fp32=True)
+    for y in outputs:
+        if y.dtype == torch.float32:
             assert rel_err(y, emulated) <= summation_bound(m)
 
 

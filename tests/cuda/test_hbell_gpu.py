@@ -20,11 +20,10 @@ from tests.ops.gpu_op_checks import (
     EMULATION_BOUND,
     PRECISIONS,
     SIZES,
-    bound,
+    check_gpu_spmm,
     dense,
     matrix,
     real_matrix_names,
-    run_twice_poisoned,
     seed_of,
 )
 
@@ -72,16 +71,7 @@ def hbell(name: str, device: str) -> HBELL:
 def check_spmm(
     name: str, precision: str, n: int, x_dtype=torch.float32, out_fp32: bool = False
 ) -> None:
-    fmt = hbell(name, DEVICE)
-    m = case(name)
-    x = dense(m.shape[1], n, name).to(x_dtype)
-    ref = m.astype(np.float64) @ x.double().numpy()
-    out_dtype = torch.float32 if out_fp32 else x_dtype
-    x_dev = x.to(DEVICE)
-    for y in run_twice_poisoned(lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), DEVICE):
-        assert y.device.type == "cuda" and y.dtype == out_dtype and y.shape == (m.shape[0], n)
-        assert not torch.isnan(y).any(), "an output element was not written"
-        assert rel_err(y, ref) <= bound(precision, out_dtype)
+    check_gpu_spmm(hbell(name, DEVICE), case(name), name, precision, n, x_dtype, out_fp32)
 
 
 def test_the_clustered_case_has_every_kind_of_block():

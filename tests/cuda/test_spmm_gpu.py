@@ -221,6 +221,34 @@ def test_gradients_match_cpu_and_float64(precision):
     assert rel_err(dv_gpu[perm], dv_ref) <= BOUND[precision]
 
 
+def same_bits_in_every_configuration(fmt, x, precision, configurations) -> torch.Tensor:
+    """The tensor-core SpMM of ``fmt`` (segments of 64 vectors) and x in each configuration
+    (keyword arguments of ``spmm_tensor_core``), twice each with poisoned allocations: every
+    element written and every result the same bits. Returns the result."""
+    results = []
+    for config in configurations:
+        for y in run_twice_poisoned(
+            lambda: cuda_spmm.spmm_tensor_core(
+                fmt.row_ptr,
+                fmt.col_idx,
+                fmt.vec_mask,
+                fmt.values,
+                x,
+                fmt.n_rows,
+                fmt.k,
+                precision,
+                torch.float32,
+                seg_vectors=64,
+                **config,
+            ),
+            DEVICE,
+        ):
+            assert not torch.isnan(y).any(), "an output element was not written"
+            results.append(y)
+    assert all(torch.equal(y, results[0]) for y in results)
+    return results[0]
+
+
 @pytest.mark.parametrize("ways", [1, 2, 4])
 @pytest.mark.parametrize(
     "precision,n",
@@ -246,31 +274,12 @@ def test_split_windows_summed_in_kernel_or_apart_give_the_same_bits(name, precis
     k = default_k(precision)
     fmt = mebcrs(name, k, DEVICE)
     x = dense(fmt.n_cols, n, name, "split").to(STORAGE[precision]).to(DEVICE)
-    ref = reference(name, x.cpu())
-    results = []
-    for fuse, features in [(1 << 30, 4), (0, 4), (2, 8), (1 << 30, 8), (1 << 30, 4)]:
-        for y in run_twice_poisoned(
-            lambda: cuda_spmm.spmm_tensor_core(
-                fmt.row_ptr,
-                fmt.col_idx,
-                fmt.vec_mask,
-                fmt.values,
-                x,
-                fmt.n_rows,
-                k,
-                precision,
-                torch.float32,
-                seg_vectors=64,
-                fuse_max_parts=fuse,
-                features=features,
-                ways=ways,
-            ),
-            DEVICE,
-        ):
-            assert not torch.isnan(y).any(), "an output element was not written"
-            results.append(y)
-    assert all(torch.equal(y, results[0]) for y in results)
-    assert rel_err(results[0], ref) <= BOUND[precision]
+    configurations = [
+        dict(fuse_max_parts=fuse, features=features, ways=ways)
+        for fuse, features in [(1 << 30, 4), (0, 4), (2, 8), (1 << 30, 8), (1 << 30, 4)]
+    ]
+    y = same_bits_in_every_configuration(fmt, x, precision, configurations)
+    assert rel_err(y, reference(name, x.cpu())) <= BOUND[precision]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
@@ -284,29 +293,12 @@ def test_two_features_per_lane_give_the_bits_of_four(name, precision, n):
     x = dense(fmt.n_cols, n, name, "two features").to(STORAGE[precision]).to(DEVICE)
     assert cuda_spmm.lane_features(n, fmt.n_vectors, precision) == (2 if n > 8 else 4)
     assert cuda_spmm.lane_features(n, cuda_spmm.NARROW_LANES_MIN_VECTORS, precision) == 2
-    results = []
-    for features, fuse in [(4, 1 << 30), (2, 1 << 30), (2, 0)]:
-        for y in run_twice_poisoned(
-            lambda: cuda_spmm.spmm_tensor_core(
-                fmt.row_ptr,
-                fmt.col_idx,
-                fmt.vec_mask,
-                fmt.values,
-                x,
-                fmt.n_rows,
-                8,
-                precision,
-                torch.float32,
-                seg_vectors=64,
-                fuse_max_parts=fuse,
-                features=features,
-            ),
-            DEVICE,
-        ):
-            assert not torch.isnan(y).any(), "an output element was not written"
-            results.append(y)
-    assert all(torch.equal(y, results[0]) for y in results)
-    assert rel_err(results[0], reference(name, x.cpu())) <= BOUND[precision]
+    configurations = [
+        dict(features=features, fuse_max_parts=fuse)
+        for features, fuse in [(4, 1 << 30), (2, 1 << 30), (2, 0)]
+    ]
+    y = same_bits_in_every_configuration(fmt, x, precision, configurations)
+    assert rel_err(y, reference(name, x.cpu())) <= BOUND[precision]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])

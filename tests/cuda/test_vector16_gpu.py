@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import pytest
 import torch
 
@@ -18,7 +17,7 @@ from tests.ops.gpu_op_checks import (
     BOUND,
     EMULATION_BOUND,
     SIZES,
-    bound,
+    check_gpu_spmm,
     csr_rows,
     dense,
     matrix,
@@ -43,16 +42,7 @@ def blocked16(name: str, device: str):
 def check_spmm(
     name: str, precision: str, n: int, x_dtype=torch.float32, out_fp32: bool = False
 ) -> None:
-    fmt = blocked16(name, DEVICE)
-    m = matrix(name)
-    x = dense(m.shape[1], n, name).to(x_dtype)
-    ref = m.astype(np.float64) @ x.double().numpy()
-    out_dtype = torch.float32 if out_fp32 else x_dtype
-    x_dev = x.to(DEVICE)
-    for y in run_twice_poisoned(lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), DEVICE):
-        assert y.device.type == "cuda" and y.dtype == out_dtype and y.shape == (m.shape[0], n)
-        assert not torch.isnan(y).any(), "an output element was not written"
-        assert rel_err(y, ref) <= bound(precision, out_dtype)
+    check_gpu_spmm(blocked16(name, DEVICE), matrix(name), name, precision, n, x_dtype, out_fp32)
 
 
 def check_sddmm(name: str, precision: str, k: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from flashgnn import MEBCRS
+from flashgnn import MEBCRS, ops
 from flashgnn._cuda import segments
 from tests.cuda.kernel_cases import CASES
 from tests.helpers import (
@@ -23,6 +23,7 @@ from tests.helpers import (
     load_dlmc,
     load_npz_graph,
     random_values,
+    rel_err,
 )
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -128,6 +129,35 @@ def run_twice_poisoned(fn, device: torch.device) -> list:
     second call gets other memory). On the CPU it just runs twice."""
     with poisoned_allocations():
         return [fn(), fn()]
+
+
+def check_gpu_spmm(
+    fmt,
+    m: sp.csr_matrix,
+    name: str,
+    precision: str,
+    n: int,
+    x_dtype: torch.dtype = torch.float32,
+    out_fp32: bool = False,
+    tol: float | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``ops.spmm(fmt, x)`` for ``fmt``, a format of ``m`` on the GPU, and x = ``dense``
+    [n_cols, n] seeded by ``name``, in ``x_dtype``, run twice with poisoned allocations: each
+    output on the GPU, in x's dtype (float32 with ``out_fp32``), [n_rows, n], every element
+    written and within ``tol`` (default ``bound``) of float64 scipy. Returns (x on the CPU, the
+    outputs)."""
+    x = dense(m.shape[1], n, name).to(x_dtype)
+    ref = m.astype(np.float64) @ x.double().numpy()
+    out_dtype = torch.float32 if out_fp32 else x_dtype
+    x_dev = x.to(fmt.device)
+    outputs = run_twice_poisoned(
+        lambda: ops.spmm(fmt, x_dev, precision, out_fp32=out_fp32), fmt.device
+    )
+    for y in outputs:
+        assert y.device.type == "cuda" and y.dtype == out_dtype and y.shape == (m.shape[0], n)
+        assert not torch.isnan(y).any(), "an output element was not written"
+        assert rel_err(y, ref) <= (tol or bound(precision, out_dtype))
+    return x, outputs
 
 
 def in_both_segment_orders(monkeypatch, fmt):

@@ -5,27 +5,18 @@ float64 gradcheck; GPU kernels against the CPU path."""
 from __future__ import annotations
 
 import pytest
-import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
 from flashgnn import ops
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
-from tests.helpers import GPU, random_csr, rel_err
+from tests.helpers import GPU, rel_err
+from tests.ops.test_gat_op import _adjacency as gat_adjacency
 
 
 def _adjacency(rng, n=45, k=8, device="cpu"):
-    a = (random_csr(n, n, 0.12, rng) + sp.eye(n)).tocsr()  # directed, with self-loops
-    a.sort_indices()
-    return MEBCRS.from_csr(
-        torch.from_numpy(a.indptr),
-        torch.from_numpy(a.indices),
-        torch.from_numpy(a.data).float(),
-        n_cols=n,
-        k=k,
-        device=device,
-    )
+    """GAT's test adjacency: n x n, directed, with self-loops."""
+    return gat_adjacency(rng, n, k, device)[0]
 
 
 def _composed(a, feat, beta, precision):

@@ -13,7 +13,16 @@ from flashgnn import ops
 from flashgnn.formats import CVSE
 from flashgnn.ops.cvse import transpose_args
 from tests.helpers import rel_err
-from tests.ops.test_ops_cpu import BOUND, PRECISIONS, WIDTHS, csr_rows, directed, round_numpy
+from tests.ops.test_ops_cpu import (
+    BOUND,
+    PRECISIONS,
+    WIDTHS,
+    check_sddmm_matches_float64,
+    check_spmm_matches_float64,
+    csr_rows,
+    directed,
+    padding_mask,
+)
 
 VECTORS = (2, 4, 8)
 
@@ -29,45 +38,23 @@ def pair(request, rng):
     return a, cvse(a, request.param)
 
 
-def padding(fmt: CVSE) -> torch.Tensor:
-    out = torch.ones(fmt.n_slots, dtype=torch.bool)
-    out[fmt.perm] = False
-    return out
-
-
 @pytest.mark.parametrize("n", WIDTHS)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_spmm_matches_float64_scipy(precision, n, pair):
-    a, fmt = pair
-    x = torch.randn(a.shape[1], n)
-    y = ops.spmm(fmt, x, precision)
-    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
-    assert rel_err(y, a.astype(np.float64) @ x.double().numpy()) <= BOUND[precision]
-    rounded = a.copy()
-    rounded.data = round_numpy(a.data, precision)
-    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    check_spmm_matches_float64(pair[1], pair[0], precision, n)
 
 
 @pytest.mark.parametrize("n", WIDTHS)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_sddmm_matches_float64_and_zeroes_padding(precision, n, pair):
-    a, fmt = pair
-    u, w = torch.randn(a.shape[0], n), torch.randn(a.shape[1], n)
-    out = ops.sddmm(fmt, u, w, precision)
-    assert out.dtype == torch.float32 and out.shape == (fmt.n_slots,)
-    rows, cols = csr_rows(a), a.indices
-    exact = (u.double().numpy()[rows] * w.double().numpy()[cols]).sum(1)
-    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
-    ur, wr = round_numpy(u.numpy(), precision), round_numpy(w.numpy(), precision)
-    assert rel_err(out[fmt.perm], (ur[rows] * wr[cols]).sum(1)) <= 1e-6
-    assert not out[padding(fmt)].any(), "a padding slot is not 0"
+    check_sddmm_matches_float64(pair[1], pair[0], precision, n)
 
 
 def test_padding_values_are_ignored_and_dtypes(pair):
     a, fmt = pair
     x = torch.randn(a.shape[1], 6)
     junk = fmt.values.clone()
-    junk[padding(fmt)] = float("nan")
+    junk[padding_mask(fmt)] = float("nan")
     assert torch.equal(ops.spmm(fmt, x, "fp32", values=junk), ops.spmm(fmt, x, "fp32"))
     x16 = x.half()
     assert ops.spmm(fmt, x16, "fp16").dtype == torch.float16
@@ -129,7 +116,7 @@ def test_float32_gradients_match_float64(precision, pair):
     (dense @ x64).backward(grad.double())
     assert rel_err(values.grad[fmt.perm], dense.grad[csr_rows(a), a.indices]) <= BOUND[precision]
     assert rel_err(x.grad, x64.grad) <= BOUND[precision]
-    assert not values.grad[padding(fmt)].any()
+    assert not values.grad[padding_mask(fmt)].any()
 
 
 # ---------------------------------------------------------------------------- opcheck

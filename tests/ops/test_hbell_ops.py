@@ -14,7 +14,11 @@ from flashgnn.formats import HBELL
 from flashgnn.ops import hbell as hbell_ops
 from tests.format.test_hbell import clustered_and_scattered
 from tests.helpers import rel_err
-from tests.ops.test_ops_cpu import BOUND, PRECISIONS, WIDTHS, round_numpy
+from tests.ops.test_ops_cpu import (
+    PRECISIONS,
+    WIDTHS,
+    check_spmm_matches_float64,
+)
 
 
 @pytest.fixture
@@ -28,14 +32,7 @@ def pair(rng):
 @pytest.mark.parametrize("n", WIDTHS)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_spmm_matches_float64_scipy(precision, n, pair):
-    a, fmt = pair
-    x = torch.randn(a.shape[1], n)
-    y = ops.spmm(fmt, x, precision)
-    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
-    assert rel_err(y, a.astype(np.float64) @ x.double().numpy()) <= BOUND[precision]
-    rounded = a.copy()
-    rounded.data = round_numpy(a.data, precision)
-    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    check_spmm_matches_float64(pair[1], pair[0], precision, n)
 
 
 def test_dtypes_float64_and_out_fp32(pair):

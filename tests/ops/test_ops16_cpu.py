@@ -10,7 +10,13 @@ import torch
 
 from flashgnn import MEBCRS, ops
 from tests.helpers import rel_err
-from tests.ops.test_ops_cpu import BOUND, PRECISIONS, WIDTHS, csr_rows, directed, round_numpy
+from tests.ops.test_ops_cpu import (
+    PRECISIONS,
+    WIDTHS,
+    check_sddmm_matches_float64,
+    check_spmm_matches_float64,
+    directed,
+)
 
 
 @pytest.fixture
@@ -24,13 +30,7 @@ def pair(rng):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_spmm_matches_float64_scipy(precision, n, pair):
     a, fmt, fmt8 = pair
-    x = torch.randn(a.shape[1], n)
-    y = ops.spmm(fmt, x, precision)
-    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
-    assert rel_err(y, a.astype(np.float64) @ x.double().numpy()) <= BOUND[precision]
-    rounded = a.copy()
-    rounded.data = round_numpy(a.data, precision)
-    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    x, y = check_spmm_matches_float64(fmt, a, precision, n)
     assert rel_err(y, ops.spmm(fmt8, x, precision)) <= 1e-6
 
 
@@ -38,14 +38,7 @@ def test_spmm_matches_float64_scipy(precision, n, pair):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_sddmm_matches_float64_and_leaves_padding_zero(precision, n, pair):
     a, fmt, fmt8 = pair
-    u, w = torch.randn(a.shape[0], n), torch.randn(a.shape[1], n)
-    out = ops.sddmm(fmt, u, w, precision)
-    assert out.dtype == torch.float32 and out.shape == (fmt.n_slots,)
-    rows, cols = csr_rows(a), a.indices
-    exact = (u.double().numpy()[rows] * w.double().numpy()[cols]).sum(1)
-    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
-    ur, wr = round_numpy(u.numpy(), precision), round_numpy(w.numpy(), precision)
-    assert rel_err(out[fmt.perm], (ur[rows] * wr[cols]).sum(1)) <= 1e-6
+    u, w, out = check_sddmm_matches_float64(fmt, a, precision, n)
     assert not out[~fmt.real_slots()].any(), "a padding slot is not 0"
     assert rel_err(out[fmt.perm], ops.sddmm(fmt8, u, w, precision)[fmt8.perm]) <= 1e-6
 

@@ -11,8 +11,13 @@ import scipy.sparse as sp
 import torch
 
 from flashgnn import ops
+from flashgnn.formats import CVSE
 from flashgnn.formats.mebcrs import MEBCRS
+from flashgnn.ops.cvse import sddmm_call as cvse_sddmm_call
+from flashgnn.ops.cvse import spmm_call as cvse_spmm_call
 from flashgnn.ops.precision import round_tf32
+from flashgnn.ops.sddmm import sddmm_call as mebcrs_sddmm_call
+from flashgnn.ops.spmm import spmm_call as mebcrs_spmm_call
 from tests.helpers import (
     csr_from_coo,
     graph_names,
@@ -73,10 +78,41 @@ def csr_rows(a: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
 
 
-def padding_mask(fmt: MEBCRS) -> torch.Tensor:
-    real = torch.zeros(8 * fmt.n_vectors, dtype=torch.bool)
+def padding_mask(fmt) -> torch.Tensor:
+    """bool [n_slots], True on the slots of a format's value layout that hold no nonzero."""
+    real = torch.zeros(fmt.n_slots, dtype=torch.bool)
     real[fmt.perm] = True
     return ~real
+
+
+def check_spmm_matches_float64(fmt, a: sp.csr_matrix, precision: str, n: int):
+    """``ops.spmm(fmt, x)`` for a standard normal x [n_cols, n], ``fmt`` any format of the
+    float32 matrix ``a``: float32 [n_rows, n], within BOUND of float64 scipy and within 1e-6
+    of float64 maths on the inputs rounded to the precision. Returns (x, the product)."""
+    x = torch.randn(a.shape[1], n)
+    y = ops.spmm(fmt, x, precision)
+    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
+    assert rel_err(y, a.astype(np.float64) @ x.double().numpy()) <= BOUND[precision]
+    # emulation: inputs rounded to the storage type, products summed in fp32
+    rounded = sp.csr_matrix((round_numpy(a.data, precision), a.indices, a.indptr), shape=a.shape)
+    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    return x, y
+
+
+def check_sddmm_matches_float64(fmt, a: sp.csr_matrix, precision: str, n: int):
+    """``ops.sddmm(fmt, u, w)`` for standard normal u [n_rows, n] and w [n_cols, n]: float32
+    [n_slots], each nonzero's slot (``fmt.perm``) within BOUND of float64 and within 1e-6 of
+    float64 maths on the rounded inputs, every other slot 0. Returns (u, w, the result)."""
+    u, w = torch.randn(a.shape[0], n), torch.randn(a.shape[1], n)
+    out = ops.sddmm(fmt, u, w, precision)
+    assert out.dtype == torch.float32 and out.shape == (fmt.n_slots,)
+    rows, cols = csr_rows(a), a.indices
+    exact = (u.double().numpy()[rows] * w.double().numpy()[cols]).sum(1)
+    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
+    ur, wr = round_numpy(u.numpy(), precision), round_numpy(w.numpy(), precision)
+    assert rel_err(out[fmt.perm], (ur[rows] * wr[cols]).sum(1)) <= 1e-6
+    assert not out[padding_mask(fmt)].any(), "sddmm wrote a padding slot"
+    return u, w, out
 
 
 # ---------------------------------------------------------------------------- spmm
@@ -85,15 +121,9 @@ def padding_mask(fmt: MEBCRS) -> torch.Tensor:
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_spmm_matches_float64_scipy(precision, n, k, rng):
     a, fmt = directed(rng, k)
-    x = torch.randn(a.shape[1], n)
-    y = ops.spmm(fmt, x, precision)
-    assert y.dtype == torch.float32 and y.shape == (a.shape[0], n)
-    exact = a.astype(np.float64) @ x.double().numpy()
-    assert rel_err(y, exact) <= BOUND[precision]
-    # emulation: inputs rounded to the storage type, products summed in fp32
-    rounded = sp.csr_matrix((round_numpy(a.data, precision), a.indices, a.indptr), shape=a.shape)
-    assert rel_err(y, rounded @ round_numpy(x.numpy(), precision)) <= 1e-6
+    x, y = check_spmm_matches_float64(fmt, a, precision, n)
     if precision != "fp32":
+        exact = a.astype(np.float64) @ x.double().numpy()
         assert rel_err(y, exact) > 1e-5, "inputs were not rounded"
 
 
@@ -160,15 +190,7 @@ def test_spmm_on_dlmc_sample(data_dir, rng):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_sddmm_matches_float64(precision, width, k, rng):
     a, fmt = directed(rng, k)
-    x, y = torch.randn(a.shape[0], width), torch.randn(a.shape[1], width)
-    out = ops.sddmm(fmt, x, y, precision)
-    assert out.dtype == torch.float32 and out.shape == (8 * fmt.n_vectors,)
-    rows, cols = csr_rows(a), a.indices
-    exact = (x.double().numpy()[rows] * y.double().numpy()[cols]).sum(1)
-    assert rel_err(out[fmt.perm], exact) <= BOUND[precision]
-    xr, yr = round_numpy(x.numpy(), precision), round_numpy(y.numpy(), precision)
-    assert rel_err(out[fmt.perm], (xr[rows] * yr[cols]).sum(1)) <= 1e-6
-    assert not out[padding_mask(fmt)].any(), "sddmm wrote a padding slot"
+    check_sddmm_matches_float64(fmt, a, precision, width)
 
 
 # ---------------------------------------------------------------------------- edge softmax
@@ -303,6 +325,38 @@ def test_opcheck(name, rng):
     op = getattr(torch.ops.flashgnn, name).default
     for args in _op_arguments(fmt)[name]:
         torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("fmt_name", ["mebcrs", "cvse"])
+def test_a_gradient_through_a_missing_transpose_is_a_clear_error(fmt_name, rng):
+    """The ops' entries called without A^T (as only the package's own callers do) refuse the
+    gradients that need it, naming the public op that builds it; without those gradients
+    they run."""
+    a, fmt = directed(rng, 8)
+    if fmt_name == "cvse":
+        fmt = CVSE.from_csr(a.indptr, a.indices, a.data, n_cols=a.shape[1], vector=4)
+        spmm_call, sddmm_call, k = cvse_spmm_call, cvse_sddmm_call, 4
+    else:
+        spmm_call, sddmm_call, k = mebcrs_spmm_call, mebcrs_sddmm_call, 8
+    pattern, none = (fmt.row_ptr, fmt.col_idx, fmt.vec_mask), (None,) * 5
+    values = fmt.values.clone().requires_grad_()
+    u, w = torch.randn(a.shape[0], 3), torch.randn(a.shape[1], 3)
+    for x in (w.clone().requires_grad_(), w):
+        y = spmm_call(*pattern, values, x, a.shape[0], k, "fp32", False, *none)
+        if x.requires_grad:
+            with pytest.raises(RuntimeError, match=r"gradient of X needs A\^T; .*ops\.spmm,"):
+                y.sum().backward()
+        else:
+            (grad_values,) = torch.autograd.grad(y.sum(), [values])
+            assert grad_values.shape == values.shape
+    for y_in in (w.clone().requires_grad_(), w):
+        x_in = u.clone().requires_grad_()
+        s = sddmm_call(*pattern, x_in, y_in, k, "fp32", *none)
+        if y_in.requires_grad:
+            with pytest.raises(RuntimeError, match=r"gradient of Y needs A\^T; .*ops\.sddmm,"):
+                s.sum().backward()
+        else:
+            assert torch.autograd.grad(s.sum(), [x_in])[0].shape == u.shape
 
 
 # ---------------------------------------------------------------------------- bad input
