@@ -1,0 +1,148 @@
+"""The dense end of a GCN layer on a partition, by blocks of rows: ``(a W +) b``, ReLU and the
+next layer's dropout, written in the type the next layer reads.
+
+Done as separate ops on a rank of IGB-large (25M rows of 256 columns) it would hold fp32
+tensors of 25.6 GB each: the product, the ReLU's output (kept for its backward), the dropout's
+output and its mask. Here only a block of rows is in fp32 at a time, the result is written in
+the next layer's input type (fp16/bf16 when autocast runs in the precision's storage type,
+which is what the next layer would round it to), and the backward keeps one bit per element:
+whether the element passed both the ReLU and the dropout. The arithmetic is the separate ops'
+(the bias added in fp32, ReLU and dropout on fp32 values, the gradient through them in fp32,
+rounded to the product's type for dW and da); the dropout draws its mask block by block.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..ops.graph_conv import _product, _project
+
+# fp32 bytes of the block of rows handled at once (forward and backward)
+ROW_BLOCK_BYTES = 1 << 30
+
+
+def row_blocks(rows: int, width: int, block_bytes: int = ROW_BLOCK_BYTES):
+    """(first, end) of each block of rows whose fp32 [block, width] takes at most block_bytes."""
+    step = max(1, block_bytes // max(4 * width, 1))
+    return [(r, min(r + step, rows)) for r in range(0, rows, step)]
+
+
+def _shifts(device) -> Tensor:
+    return torch.arange(8, dtype=torch.uint8, device=device)
+
+
+def pack_bits(mask: Tensor) -> Tensor:
+    """bool [R, F] -> uint8 [R, ceil(F / 8)]: bit b of byte j is column 8 j + b."""
+    rows, width = mask.shape
+    pad = -width % 8
+    if pad:
+        mask = torch.cat([mask, mask.new_zeros(rows, pad)], 1)
+    bits = mask.view(rows, -1, 8).to(torch.uint8) << _shifts(mask.device)
+    return bits.sum(-1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: Tensor, width: int) -> Tensor:
+    """The inverse of ``pack_bits``: bool [R, width]."""
+    bits = (packed[:, :, None] >> _shifts(packed.device)) & 1
+    return bits.view(packed.shape[0], -1)[:, :width].bool()
+
+
+def epilogue(
+    a: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    relu: bool,
+    dropout: float,
+    out_dtype: torch.dtype | None,
+    dense: torch.dtype | None,
+    reuse_grad: bool = False,
+) -> Tensor:
+    """``dropout(relu(a W + bias))`` (each part optional: ``weight`` and ``bias`` None, ``relu``
+    False, ``dropout`` 0), [N, F_out] in ``out_dtype`` (None: the type of ``a W + bias``).
+    a [N, F_in]; weight [F_in, F_out], multiplied in ``dense`` (autocast's type, or a's),
+    giving fp32 where the bias is fp32 (graph_conv's ``_project``); bias [F_out].
+    Differentiable in a, weight and bias. ``reuse_grad``: the backward writes a's gradient
+    into the incoming one where their shapes and types agree (the caller holds no other
+    reference to this result's gradient)."""
+    return _Epilogue.apply(a, weight, bias, relu, dropout, out_dtype, dense, reuse_grad)
+
+
+class _Epilogue(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, weight, bias, relu, dropout, out_dtype, dense, reuse_grad):
+        n = a.shape[0]
+        w = None if weight is None else weight.to(dense)
+        width = a.shape[1] if w is None else w.shape[1]
+        keep = None
+        if relu or dropout > 0:
+            keep = a.new_empty((n, -(-width // 8)), dtype=torch.uint8)
+        out = None
+        for first, end in row_blocks(n, width):
+            block = a[first:end]
+            if w is not None:
+                y = _project(block.to(dense), w, bias)
+            else:
+                y = block if bias is None else block + bias
+            passed = None
+            if relu:
+                y = torch.relu(y)
+                passed = ~(y <= 0)  # ReLU's backward passes the gradient where this holds
+            if dropout > 0:
+                y, kept = torch.native_dropout(y, dropout, True)
+                passed = kept if passed is None else passed & kept
+            if keep is not None:
+                keep[first:end] = pack_bits(passed)
+            if out is None:
+                out = a.new_empty((n, width), dtype=out_dtype or y.dtype)
+            out[first:end] = y
+            del y, passed
+        if out is None:  # no rows
+            out_type = out_dtype or torch.promote_types(
+                a.dtype if w is None else dense, a.dtype if bias is None else bias.dtype
+            )
+            out = a.new_empty((0, width), dtype=out_type)
+        need_a, need_weight = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(
+            a if need_weight else None, w if need_a and w is not None else None, keep
+        )
+        ctx.scale = 1.0 / (1.0 - dropout) if dropout > 0 else 1.0
+        ctx.projected = w is not None
+        ctx.a_meta = (a.shape[1], a.dtype)
+        ctx.types = (None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+        ctx.dense, ctx.reuse = dense, reuse_grad
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, w, keep = ctx.saved_tensors
+        need_a, need_weight, need_bias = ctx.needs_input_grad[:3]
+        n, width = grad.shape
+        a_width, a_dtype = ctx.a_meta
+        weight_dtype, bias_dtype = ctx.types
+        d_a = d_weight = d_bias = None
+        if need_a:
+            same = ctx.reuse and grad.is_contiguous() and grad.dtype == a_dtype
+            d_a = grad if same and a_width == width else grad.new_empty((n, a_width), dtype=a_dtype)
+        if need_weight:
+            d_weight = torch.zeros((a_width, width), dtype=weight_dtype, device=grad.device)
+        if need_bias:
+            d_bias = torch.zeros(width, dtype=torch.float32, device=grad.device)
+        for first, end in row_blocks(n, width):
+            g = grad[first:end].float()
+            if keep is not None:
+                g = g * unpack_bits(keep[first:end], width) * ctx.scale
+            if need_bias:
+                d_bias += g.sum(0)
+            if ctx.projected:
+                g = g.to(ctx.dense)
+                if need_weight:
+                    d_weight += _product(a[first:end].to(ctx.dense).t(), g, weight_dtype)
+                if need_a:
+                    d_a[first:end] = torch.mm(g, w.t())
+            elif need_a:
+                d_a[first:end] = g
+            del g
+        if d_bias is not None:
+            d_bias = d_bias.to(bias_dtype)
+        return d_a, d_weight, d_bias, None, None, None, None, None
