@@ -197,6 +197,7 @@ class _Aggregate(torch.autograd.Function):
             columns = width  # nothing travels: no buffer to bound
         blocks = _blocks(width, columns)
         whole = len(blocks) == 1
+        wide = h_own.dtype != torch.float64  # sums in fp32 (float64 stays)
         out = h_own if in_place else torch.empty_like(h_own)
         pending = exchanges.start(_take(h_own, blocks[0], whole)) if plan else None
         for j, block in enumerate(blocks):
@@ -204,7 +205,7 @@ class _Aggregate(torch.autograd.Function):
             halo = None
             if pending is not None and not exchanges.overlap:
                 halo, pending = exchanges.wait(pending), None
-            total = rows.own.times(x, precision, True)
+            total = rows.own.times(x, precision, wide)
             del x
             if plan is not None:
                 if pending is not None:
@@ -215,7 +216,7 @@ class _Aggregate(torch.autograd.Function):
             else:
                 halo = None if h_halo is None else _take(h_halo, block, whole)
             if halo is not None and rows.halo.n_cols:
-                total += rows.halo.times(halo, precision, True)
+                total += rows.halo.times(halo, precision, wide)
             del halo
             (out if whole else out[:, block[0] : block[1]]).copy_(total)
             del total
@@ -253,7 +254,7 @@ class _Aggregate(torch.autograd.Function):
                 part = rows.halo_t.times(g, precision, fp32)
                 (d_halo if whole else d_halo[:, block[0] : block[1]]).copy_(part)
                 del part
-            total = rows.own_t.times(g, precision, True)
+            total = rows.own_t.times(g, precision, dtype != torch.float64)
             del g
             if back is not None:
                 received, work, _ = back

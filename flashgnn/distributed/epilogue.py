@@ -22,9 +22,10 @@ from ..ops.graph_conv import _product, _project
 ROW_BLOCK_BYTES = 1 << 30
 
 
-def row_blocks(rows: int, width: int, block_bytes: int = ROW_BLOCK_BYTES):
-    """(first, end) of each block of rows whose fp32 [block, width] takes at most block_bytes."""
-    step = max(1, block_bytes // max(4 * width, 1))
+def row_blocks(rows: int, width: int):
+    """(first, end) of each block of rows whose fp32 [block, width] takes at most
+    ROW_BLOCK_BYTES."""
+    step = max(1, ROW_BLOCK_BYTES // max(4 * width, 1))
     return [(r, min(r + step, rows)) for r in range(0, rows, step)]
 
 
@@ -126,10 +127,12 @@ class _Epilogue(torch.autograd.Function):
             d_a = grad if same and a_width == width else grad.new_empty((n, a_width), dtype=a_dtype)
         if need_weight:
             d_weight = torch.zeros((a_width, width), dtype=weight_dtype, device=grad.device)
+        # in fp32 at least (float64 stays, for checks against float64 references)
+        acc = torch.promote_types(grad.dtype, torch.float32)
         if need_bias:
-            d_bias = torch.zeros(width, dtype=torch.float32, device=grad.device)
+            d_bias = torch.zeros(width, dtype=acc, device=grad.device)
         for first, end in row_blocks(n, width):
-            g = grad[first:end].float()
+            g = grad[first:end].to(acc)
             if keep is not None:
                 g = g * unpack_bits(keep[first:end], width) * ctx.scale
             if need_bias:

@@ -94,10 +94,13 @@ class FullGraphModel(nn.Module):
                     "the distributed GCN fuses ReLU with its layers: a GCNConv's activation "
                     f"must be ReLU or None, got {layer.activation!r}"
                 )
-        if partition.features_on_host and kind is not GCN:
+        if partition.features_on_host and (
+            kind is not GCN or model.layers[0].in_feats <= model.layers[0].out_feats
+        ):
             raise ValueError(
-                "features kept in host memory feed GCN's first projection only; build the "
-                f"partition with features='device' for {kind.__name__}"
+                "features kept in host memory feed GCN's first projection only (a first layer "
+                "narrowing them); build the partition with features='device' for this "
+                f"{kind.__name__}"
             )
         self.exchanges: list[dict] = []
         group = partition.group
@@ -142,7 +145,9 @@ class FullGraphModel(nn.Module):
         last = len(model.layers) - 1
         for i, layer in enumerate(model.layers):
             dropout = model.dropout.p if model.training and i < last else 0.0
-            h = self._gcn_layer(layer, h, dropout, host and i == 0, fresh=i > 0 or h is not x)
+            h = self._gcn_layer(
+                layer, h, dropout, host and i == 0, fresh=i > 0 or h is not x, last=i == last
+            )
         return h
 
     def _agnn(self, x: Tensor) -> Tensor:
@@ -194,13 +199,14 @@ class FullGraphModel(nn.Module):
         ]
 
     def _gcn_layer(
-        self, layer: GCNConv, h: Tensor, dropout: float, host: bool, fresh: bool
+        self, layer: GCNConv, h: Tensor, dropout: float, host: bool, fresh: bool, last: bool
     ) -> Tensor:
         """``layer`` on [h; halo rows] with the whole graph's normalisation, then the next
         layer's dropout: a narrowing weight multiplies before the aggregation, which then
         exchanges h W (``host``: h is the features in host memory, streamed), else after it.
         The features' own halo rows are exchanged once instead, where they fit. ``fresh``: h
-        is this forward's own tensor, which the aggregation may overwrite."""
+        is this forward's own tensor, which the aggregation may overwrite; ``last``: the
+        model's output layer, whose gradient comes from the caller."""
         part = self.partition
         if h.shape[1] != layer.in_feats:
             raise ValueError(f"GCNConv: expected {layer.in_feats} input features, got {h.shape[1]}")
@@ -232,14 +238,14 @@ class FullGraphModel(nn.Module):
                 halo = project(halo, weight, device, dense)
             self._record(projected, halo is not None, clocks)
             total = aggregate(projected, rows, exchanges, precision, halo, in_place=True)
-            return epilogue(total, None, bias, relu, dropout, hidden, dense, reuse_grad=True)
+            return epilogue(total, None, bias, relu, dropout, hidden, dense, reuse_grad=not last)
         if dense == storage and h.dtype != storage:
             # the SpMM reads its input in the storage type: sending it so halves the bytes
             h, fresh = h.to(storage), True
             halo = None if halo is None else halo.to(storage)
         self._record(h, halo is not None, clocks)
         total = aggregate(h, rows, exchanges, precision, halo, in_place=fresh)
-        return epilogue(total, weight, bias, relu, dropout, hidden, dense, reuse_grad=True)
+        return epilogue(total, weight, bias, relu, dropout, hidden, dense, reuse_grad=not last)
 
     def _record(self, h: Tensor, cached: bool, clocks: list) -> None:
         self.exchanges.append(
