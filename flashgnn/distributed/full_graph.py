@@ -21,7 +21,7 @@ from .group import check_device, first_rank, group_rank, group_size
 from .halo import HaloPlan
 from .model import FullGraphModel
 from .partition import partition_nodes, renumbering
-from .projection import to_host_buffer
+from .projection import in_host_buffer, to_host_buffer
 from .shard import add_row_self_loops, local_graph, rows_of_part
 
 SPLITS = ("train", "val", "test")
@@ -258,7 +258,8 @@ class FullGraphPartition:
 
         Per exchange (one per graph layer, forward; the backward moves as many rows the other
         way): ``halo_rows_received`` (= num_halo, the lower bound: every remote source read
-        once), ``halo_rows_sent``, and per peer ``rows_received_from`` / ``rows_sent_to``.
+        once), ``halo_rows_sent``, and per peer ``rows_received_from`` / ``rows_sent_to``;
+        ``features_on_host``: whether the features stay in host memory.
         Partition: ``edges_local`` (edges of this rank's rows, self-loops included),
         ``cut_edges_local`` (of them, those from a remote source), ``num_edges``, ``edge_cut``
         (edges whose ends lie in different parts, over all ranks), ``halo_rows_total``.
@@ -274,6 +275,7 @@ class FullGraphPartition:
             "halo_rows_sent": int(self.plan.send_index.numel()),
             "rows_received_from": list(self.plan.recv_counts),
             "rows_sent_to": list(self.plan.send_counts),
+            "features_on_host": self.features_on_host,
             **self._counts,
         }
         if widths is not None:
@@ -382,7 +384,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 def _registered(x: Tensor, device: torch.device) -> bool:
     """Whether CPU tensor x can be copied to ``device`` asynchronously as it is (any CPU
     tensor when ``device`` is not CUDA)."""
-    return device.type != "cuda" or x.is_pinned()
+    return device.type != "cuda" or in_host_buffer(x)
 
 
 def _shape(t) -> str:

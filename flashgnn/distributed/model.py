@@ -79,6 +79,7 @@ class FullGraphModel(nn.Module):
         self._x_halo = None  # (partition.x's version, [x_own; x_halo]) for GAT
         self._features_halo = None  # (partition.x's version, x_halo) for GCN
         self._rows: dict = {}  # (norm, k) -> SplitRows
+        self._activation_bytes = 4  # per element of GCN's hidden activations, last forward
         for layer in model.layers:
             if (
                 isinstance(layer, GCNConv)
@@ -232,6 +233,8 @@ class FullGraphModel(nn.Module):
         # the next layer's input type: the storage type when the products run in it (the next
         # layer rounds to it first), else the result's own
         hidden = storage if relu and dense == storage else None
+        if relu:
+            self._activation_bytes = 2 if hidden is not None else 4
         if weight is not None and weight.shape[0] > weight.shape[1]:
             projected = project(h, weight, device, dense, host)
             if halo is not None:
@@ -246,6 +249,26 @@ class FullGraphModel(nn.Module):
         self._record(h, halo is not None, clocks)
         total = aggregate(h, rows, exchanges, precision, halo, in_place=fresh)
         return epilogue(total, weight, bias, relu, dropout, hidden, dense, reuse_grad=not last)
+
+    def memory_estimate(self) -> dict | None:
+        """``distributed.memory.estimate`` of this rank's GCN step, from the partition's sizes
+        and the matrices built (None before a GCN forward)."""
+        if not self._rows:
+            return None
+        from .memory import estimate, of_partition
+
+        part = self.partition
+        rows = next(iter(self._rows.values()))
+        vectors = {
+            name: getattr(rows, name).col_idx.numel() for name in ("own", "own_t", "halo", "halo_t")
+        }
+        layers = self.module.layers
+        dims = [layers[0].in_feats] + [layer.out_feats for layer in layers]
+        sizes = of_partition(part, dims, self._activation_bytes, vectors)
+        gpu = None
+        if part.device.type == "cuda":
+            gpu = torch.cuda.get_device_properties(part.device).total_memory
+        return estimate(sizes, part.features_on_host, self._features_halo is not None, gpu)
 
     def _record(self, h: Tensor, cached: bool, clocks: list) -> None:
         self.exchanges.append(

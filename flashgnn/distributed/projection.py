@@ -20,6 +20,7 @@ from ..ops.graph_conv import _product
 
 # bytes of X in one block copied from host memory
 HOST_BLOCK_BYTES = 1 << 28
+_REGISTERED: dict[int, int] = {}  # first byte -> length of each host_buffer's memory
 
 
 def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -39,9 +40,24 @@ def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
                 f"could not register {array.nbytes / 2**30:.1f} GiB of host memory with CUDA "
                 f"(cudaError {status})"
             )
+        _REGISTERED[pointer] = array.nbytes
         # the array owns the memory; it is unregistered before the array frees it
-        weakref.finalize(array, cudart.cudaHostUnregister, pointer)
+        weakref.finalize(array, _unregister, cudart, pointer)
     return tensor
+
+
+def _unregister(cudart, pointer: int) -> None:
+    _REGISTERED.pop(pointer, None)
+    cudart.cudaHostUnregister(pointer)
+
+
+def in_host_buffer(x: Tensor) -> bool:
+    """Whether CPU tensor ``x`` lies in the memory of a live ``host_buffer`` (registered)."""
+    if x.device.type != "cpu":
+        return False
+    first = x.data_ptr()
+    end = first + x.numel() * x.element_size()
+    return any(p <= first and end <= p + n for p, n in _REGISTERED.items())
 
 
 def to_host_buffer(x: Tensor, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:

@@ -649,6 +649,9 @@ def _rank_report(ranks: Ranks, data, net, peak_gpu_mb: float | None) -> dict:
         report["step_bytes_lower_bound"] = report["step_bytes_received"]
         if getattr(net, "time_exchanges", False):
             report["exchanges_timed"] = net.exchange_ms()
+        estimate = getattr(net, "memory_estimate", None)
+        if callable(estimate) and (bytes_ := estimate()) is not None:
+            report["peak_estimate_mb"] = bytes_["peak"] / 2**20
     return report
 
 
