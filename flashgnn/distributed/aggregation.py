@@ -88,17 +88,27 @@ class SplitRows:
     halo_t: SparseRows
 
     @classmethod
-    def build(cls, graph, num_own: int, src_degrees: Tensor, norm: str, k: int) -> SplitRows:
-        """From ``graph``, a partition's local graph (rows the own nodes, sources the own
-        nodes then the halo), ``src_degrees`` int64 [num_src] (the sources' out-degrees in
-        the whole graph), GCN's ``norm`` and the block width ``k``. One part at a time, so
-        that the temporaries of the build are a part's."""
-        indptr, indices = graph.indptr, graph.indices
+    def build(
+        cls, graph, num_own: int, src_degrees: Tensor, norm: str, k: int, device=None
+    ) -> SplitRows:
+        """On ``device`` (default: the graph's), from ``graph``, a partition's local graph
+        (rows the own nodes, sources the own nodes then the halo; on any device),
+        ``src_degrees`` int64 [num_src] (the sources' out-degrees in the whole graph), GCN's
+        ``norm`` and the block width ``k``. One part at a time, so that the temporaries of
+        the build are a part's."""
+        device = graph.device if device is None else torch.device(device)
+        indptr, indices = graph.indptr.to(device), graph.indices.to(device)
         values = gcn_norm_factor(
-            indptr, indices, graph.num_src_nodes, norm, torch.float32, out_degree=src_degrees
+            indptr,
+            indices,
+            graph.num_src_nodes,
+            norm,
+            torch.float32,
+            out_degree=src_degrees.to(device),
         )
         if graph.edge_weight is not None:
-            values = values * graph.edge_weight.detach()[graph.edge_ids].float()
+            weight = graph.edge_weight.detach()[graph.edge_ids]
+            values = values * weight.to(device=device, dtype=torch.float32)
         own = indices < num_own
         parts = []
         for mask, first, n_cols in (
@@ -110,7 +120,7 @@ class SplitRows:
             part_ptr = torch.cat([before.new_zeros(1), before])[indptr]
             del before
             part_indices = indices[mask] - first
-            fmt = build_canonical(part_ptr, part_indices, values[mask], n_cols, graph.device, k)
+            fmt = build_canonical(part_ptr, part_indices, values[mask], n_cols, device, k)
             fmt._csr = (part_ptr, part_indices)
             parts.append((SparseRows.of(fmt), SparseRows.of(fmt.transpose().fmt)))
             del fmt, part_ptr, part_indices

@@ -52,12 +52,13 @@ class FullGraphPartition:
     permutations between the dataset's ids and the new ones, or None when the caller gave
     none, i.e. the ids were not renumbered).
 
-    graph: the local bipartite Graph on ``device``: destinations the num_own own nodes (in new
-    id order), sources the own nodes then the num_halo halo nodes (remote sources of the own
-    rows, in increasing new id), built from the rank's rows only; its edge weights are the
-    graph's own (or None). x [num_own, F], y [num_own] (or [num_own, C]), masks (train, val,
-    test: bool [num_own]): the own nodes', on ``device``, in the dtypes given; x stays in host
-    memory when ``features_on_host`` (registered with CUDA for asynchronous copies).
+    graph: the local bipartite Graph on ``device`` (or on the host, for GCN, which builds its
+    own matrices from it once): destinations the num_own own nodes (in new id order), sources
+    the own nodes then the num_halo halo nodes (remote sources of the own rows, in increasing
+    new id), built from the rank's rows only; its edge weights are the graph's own (or None).
+    x [num_own, F], y [num_own] (or [num_own, C]), masks (train, val, test: bool [num_own]):
+    the own nodes', on ``device``, in the dtypes given; x stays in host memory when
+    ``features_on_host`` (registered with CUDA for asynchronous copies).
     src_degrees: int64 [num_own + num_halo], the out-degree in the whole graph of every local
     source (what GCN's normalisation divides by); plan: the ``HaloPlan``."""
 
@@ -75,8 +76,10 @@ class FullGraphPartition:
         new_of_old: Tensor | None,
         old_of_new: Tensor | None,
         features_on_host: bool = False,
+        device: torch.device | None = None,
     ):
         self.graph, self.plan = graph, plan
+        self.device = graph.device if device is None else torch.device(device)
         self.x, self.y, self.masks = x, y, masks
         self.features_on_host = features_on_host
         self.part_ptr = part_ptr
@@ -100,6 +103,7 @@ class FullGraphPartition:
         seed: int = 0,
         x_dtype: torch.dtype | None = None,
         features: str = "device",
+        graph_on_host: bool = False,
     ) -> FullGraphPartition:
         """Collective. Partition ``dataset`` (a ``flashgnn.data.Dataset`` every rank holds
         whole) into one part per rank of ``group`` with ``partition_nodes(method, seed)``
@@ -108,8 +112,10 @@ class FullGraphPartition:
         as single-process training does; ``k``: the block width whose formats of the local
         graph are built now (None: built on first use; GCN builds its own); ``x_dtype``: the
         features' dtype (None: the dataset's); ``features``: where they stay, "device",
-        "host" or "auto" (``features_on_host``). Pass ``x`` itself to the wrapped model: the
-        first layers' halo rows of it are exchanged once."""
+        "host" or "auto" (``features_on_host``); ``graph_on_host``: the local graph moves to
+        the host once built (GCN's matrices are built from it once; its CSR would take 16
+        bytes an edge of the GPU). Pass ``x`` itself to the wrapped model: the first layers'
+        halo rows of it are exchanged once."""
         world, rank = group_size(group), group_rank(group)
         device = torch.device(device)
         check_device(device, group)
@@ -144,6 +150,7 @@ class FullGraphPartition:
             old_of_new=old_of_new,
             x_dtype=x_dtype,
             features=features,
+            graph_on_host=graph_on_host,
         )
 
     @classmethod
@@ -165,6 +172,7 @@ class FullGraphPartition:
         old_of_new: Tensor | None = None,
         x_dtype: torch.dtype | None = None,
         features: str = "device",
+        graph_on_host: bool = False,
     ) -> FullGraphPartition:
         """Collective. This rank's partition from its rows alone.
 
@@ -175,8 +183,9 @@ class FullGraphPartition:
         lists the renumbered sources of the in-edges of node lo + i, in any order, no
         duplicates); edge_weight: float [E] in that order, or None.
         x [hi - lo, F], y [hi - lo] or [hi - lo, C], masks: (train, val, test) bool [hi - lo].
-        ``self_loops``, ``k``, ``x_dtype``, ``features``: as in ``build`` (x kept in host
-        memory is copied into registered memory unless it is there already). ``new_of_old`` /
+        ``self_loops``, ``k``, ``x_dtype``, ``features``, ``graph_on_host``: as in ``build``
+        (x kept in host memory is copied into registered memory unless it is there already;
+        with ``graph_on_host`` no format is built: k must be None). ``new_of_old`` /
         ``old_of_new``: the renumbering, when there is one, kept for ``gather``.
 
         Collectives: one all-to-all of counts and one of ids (the halo's exchange lists), two
@@ -187,6 +196,8 @@ class FullGraphPartition:
         part_ptr = _check_part_ptr(part_ptr, world)
         lo, hi = int(part_ptr[rank]), int(part_ptr[rank + 1])
         num_own = hi - lo
+        if graph_on_host and k is not None:
+            raise ValueError("a graph kept on the host has no formats built: pass k=None")
         indptr, indices = _check_rows(indptr, indices, num_own, int(part_ptr[-1]))
         if edge_weight is not None:
             edge_weight = torch.as_tensor(edge_weight).cpu()
@@ -214,6 +225,8 @@ class FullGraphPartition:
         }
         if k is not None:
             graph.adj(k).transpose()
+        if graph_on_host:
+            graph = graph.to("cpu")
         if not host:
             x = x.to(device=device, dtype=dtype)
         elif x.device.type != "cpu" or x.dtype != dtype or not _registered(x, device):
@@ -231,6 +244,7 @@ class FullGraphPartition:
             new_of_old,
             old_of_new,
             host,
+            device,
         )
 
     # ------------------------------------------------------------------ sizes
@@ -245,10 +259,6 @@ class FullGraphPartition:
     @property
     def global_num_nodes(self) -> int:
         return int(self.part_ptr[-1])
-
-    @property
-    def device(self) -> torch.device:
-        return self.graph.device
 
     def stats(
         self, widths: int | Sequence[int] | None = None, dtype: torch.dtype = torch.float32

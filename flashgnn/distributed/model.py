@@ -143,12 +143,27 @@ class FullGraphModel(nn.Module):
                     "partition with features='device'"
                 )
             h = model.input_dropout(x)
-        last = len(model.layers) - 1
-        for i, layer in enumerate(model.layers):
+        layers = model.layers
+        last = len(layers) - 1
+        projected = False
+        for i, layer in enumerate(layers):
             dropout = model.dropout.p if model.training and i < last else 0.0
+            # a layer aggregating first, before one narrowing its input: its epilogue makes
+            # the next layer's X W block by block, and the next input is never whole
+            then = None
+            if i < last and not _narrows(layer) and layer.weight is not None:
+                then = layers[i + 1].weight if _narrows(layers[i + 1]) else None
             h = self._gcn_layer(
-                layer, h, dropout, host and i == 0, fresh=i > 0 or h is not x, last=i == last
+                layer,
+                h,
+                dropout,
+                host and i == 0,
+                fresh=i > 0 or h is not x,
+                last=i == last,
+                projected=projected,
+                then=then,
             )
+            projected = then is not None
         return h
 
     def _agnn(self, x: Tensor) -> Tensor:
@@ -200,17 +215,27 @@ class FullGraphModel(nn.Module):
         ]
 
     def _gcn_layer(
-        self, layer: GCNConv, h: Tensor, dropout: float, host: bool, fresh: bool, last: bool
+        self,
+        layer: GCNConv,
+        h: Tensor,
+        dropout: float,
+        host: bool,
+        fresh: bool,
+        last: bool,
+        projected: bool = False,
+        then: Tensor | None = None,
     ) -> Tensor:
         """``layer`` on [h; halo rows] with the whole graph's normalisation, then the next
         layer's dropout: a narrowing weight multiplies before the aggregation, which then
-        exchanges h W (``host``: h is the features in host memory, streamed), else after it.
-        The features' own halo rows are exchanged once instead, where they fit. ``fresh``: h
-        is this forward's own tensor, which the aggregation may overwrite; ``last``: the
-        model's output layer, whose gradient comes from the caller."""
+        exchanges h W (``host``: h is the features in host memory, streamed; ``projected``: h
+        is h W already), else after it (``then``: the next layer's weight, which the epilogue
+        multiplies its result by). The features' own halo rows are exchanged once instead,
+        where they fit. ``fresh``: h is this forward's own tensor, which the aggregation may
+        overwrite; ``last``: the model's output layer, whose gradient comes from the caller."""
         part = self.partition
-        if h.shape[1] != layer.in_feats:
-            raise ValueError(f"GCNConv: expected {layer.in_feats} input features, got {h.shape[1]}")
+        width = layer.out_feats if projected else layer.in_feats
+        if h.shape[1] != width:
+            raise ValueError(f"GCNConv: expected {width} input features, got {h.shape[1]}")
         precision = resolve_precision(layer.precision)
         k = block_width(precision)
         rows = self._split_rows(layer.norm, k)
@@ -235,12 +260,13 @@ class FullGraphModel(nn.Module):
         hidden = storage if relu and dense == storage else None
         if relu:
             self._activation_bytes = 2 if hidden is not None else 4
-        if weight is not None and weight.shape[0] > weight.shape[1]:
-            projected = project(h, weight, device, dense, host)
-            if halo is not None:
-                halo = project(halo, weight, device, dense)
-            self._record(projected, halo is not None, clocks)
-            total = aggregate(projected, rows, exchanges, precision, halo, in_place=True)
+        if _narrows(layer):
+            if not projected:
+                h = project(h, weight, device, dense, host)
+                if halo is not None:
+                    halo = project(halo, weight, device, dense)
+            self._record(h, halo is not None, clocks)
+            total = aggregate(h, rows, exchanges, precision, halo, in_place=True)
             return epilogue(total, None, bias, relu, dropout, hidden, dense, reuse_grad=not last)
         if dense == storage and h.dtype != storage:
             # the SpMM reads its input in the storage type: sending it so halves the bytes
@@ -248,7 +274,9 @@ class FullGraphModel(nn.Module):
             halo = None if halo is None else halo.to(storage)
         self._record(h, halo is not None, clocks)
         total = aggregate(h, rows, exchanges, precision, halo, in_place=fresh)
-        return epilogue(total, weight, bias, relu, dropout, hidden, dense, reuse_grad=not last)
+        return epilogue(
+            total, weight, bias, relu, dropout, hidden, dense, reuse_grad=not last, then=then
+        )
 
     def memory_estimate(self) -> dict | None:
         """``distributed.memory.estimate`` of this rank's GCN step, from the partition's sizes
@@ -297,8 +325,15 @@ class FullGraphModel(nn.Module):
         key = (norm, k)
         if key not in self._rows:
             part = self.partition
-            self._rows[key] = SplitRows.build(part.graph, part.num_own, part.src_degrees, norm, k)
+            self._rows[key] = SplitRows.build(
+                part.graph, part.num_own, part.src_degrees, norm, k, part.device
+            )
         return self._rows[key]
+
+
+def _narrows(layer: GCNConv) -> bool:
+    """Whether the layer's weight narrows its input, so that X W is formed first."""
+    return layer.weight is not None and layer.weight.shape[0] > layer.weight.shape[1]
 
 
 class _Clock:

@@ -220,6 +220,7 @@ def _generated_partition(cfg: dict, ranks: Ranks, k: int | None, tic: float):
         new_of_old=new_of_old,
         old_of_new=old_of_new,
         features=d["features"],
+        graph_on_host=k is None,
     )
     return built, rows.info, load_seconds, built_at
 
@@ -232,7 +233,8 @@ def partitioned(
     from ..distributed import FullGraphPartition
 
     device, d = ranks.device, cfg["distributed"]
-    # GCN builds the matrices it runs on from the local graph itself (distributed.model)
+    # GCN builds the matrices it runs on from the local graph itself (distributed.model),
+    # which then waits on the host
     k = None if cfg["model"]["name"] == "gcn" else block_width(cfg["train"]["precision"])
     section = cfg["dataset"]
     sliced = dataset is None and local_rows.supports(section["name"])
@@ -263,6 +265,7 @@ def partitioned(
                 device=device,
                 k=k,
                 features=d["features"],
+                graph_on_host=k is None,
             )
             rows.x = None  # the partition holds the features now
             info = rows.info
@@ -276,6 +279,7 @@ def partitioned(
                 device=device,
                 k=k,
                 features=d["features"],
+                graph_on_host=k is None,
             )
             info = local_rows.DatasetInfo.of(dataset)
     # a partition's features stay in the run's half type on CUDA, where autocast casts them

@@ -98,6 +98,34 @@ def test_epilogue_dropout_keeps_the_mask_it_drew(small_blocks, relu):
     assert dropped is None or 0.1 < dropped < 0.4
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.25])
+def test_epilogue_then_the_next_weight_equals_the_two_steps(small_blocks, dropout):
+    """With ``then``, the result times the next layer's weight, made block by block and made
+    again in the backward: the epilogue followed by the product, the same dropout masks."""
+    a, weight, bias, _ = _inputs(8, rows=17)
+    then = torch.randn(10, 4, dtype=F64)
+    grad = torch.randn(17, 4, dtype=F64)
+    results = []
+    for fused in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (a, weight, bias, then)]
+        torch.manual_seed(9)
+        if fused:
+            out = epilogue(*leaves[:3], True, dropout, None, F64, then=leaves[3])
+        else:
+            out = epilogue(*leaves[:3], True, dropout, None, F64) @ leaves[3]
+        out.backward(grad)
+        results.append((out, [t.grad for t in leaves]))
+    (two_steps, grads), (fused, fused_grads) = results
+    assert torch.allclose(fused, two_steps, rtol=1e-12, atol=1e-12)
+    for ours, theirs in zip(fused_grads, grads):
+        assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    if dropout == 0:
+        ref = torch.relu(a @ weight + bias) @ then
+        assert torch.allclose(fused, ref, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="then needs a weight"):
+        epilogue(a, None, bias, True, 0.0, None, F64, then=then)
+
+
 def test_epilogue_writes_into_the_next_type_and_reuses_the_gradient(small_blocks):
     a, _, bias, grad = _inputs(4)
     a32 = a.float().requires_grad_()
