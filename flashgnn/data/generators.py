@@ -235,15 +235,18 @@ class IGBLike:
         np.cumsum(np.bincount(rows, minlength=hi - lo), out=indptr[1:])
         return indptr, src
 
-    def features(self, b: int) -> np.ndarray:
-        """float16 [rows, num_features] of block ``b``. The noise comes from torch's generator
+    def features(self, b: int, out: np.ndarray | None = None) -> np.ndarray:
+        """float16 [rows, num_features] of block ``b``, written into ``out`` (a contiguous
+        float16 array of that shape) when given. The noise comes from torch's generator
         (seeded by (seed, block)), several times faster than numpy's normals: at IGB-large
         scale a rank draws 25 billion of them."""
         lo, hi = self._bounds(b)
         seed = int(np.random.SeedSequence([self.seed, 3, b]).generate_state(1, np.uint64)[0])
         generator = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
         labels = torch.from_numpy(self.labels(np.arange(lo, hi, dtype=np.int64)))
-        x = torch.randn((hi - lo, self.num_features), generator=generator, dtype=torch.float16)
+        shape = (hi - lo, self.num_features)
+        x = None if out is None else torch.from_numpy(out)
+        x = torch.randn(shape, generator=generator, dtype=torch.float16, out=x)
         x += torch.nn.functional.embedding(labels, torch.from_numpy(self.centres).half())
         return x.numpy()
 
@@ -283,7 +286,11 @@ class IGBLike:
             take = np.repeat(starts - placed, lengths) + np.arange(int(lengths.sum()))
             split[at] = self.split(int(b))[local]
             if features:
-                x[at] = self.features(int(b))[local]
+                if local.size == BLOCK_NODES or local.size == self.n - b * BLOCK_NODES:
+                    # the whole block, in consecutive rows: drawn in place
+                    self.features(int(b), out=x[at[0] : at[0] + local.size])
+                else:
+                    x[at] = self.features(int(b))[local]
             return lengths, src[take]
 
         blocks = np.unique(block_of)
