@@ -296,7 +296,10 @@ class FullGraphModel(nn.Module):
         gpu = None
         if part.device.type == "cuda":
             gpu = torch.cuda.get_device_properties(part.device).total_memory
-        return estimate(sizes, part.features_on_host, self._features_halo is not None, gpu)
+        # on the CPU the features are in the device's memory wherever they are kept
+        host = part.features_on_host and gpu is not None
+        graph_on_host = part.graph.device != part.device
+        return estimate(sizes, host, self._features_halo is not None, gpu, graph_on_host)
 
     def _record(self, h: Tensor, cached: bool, clocks: list) -> None:
         self.exchanges.append(
