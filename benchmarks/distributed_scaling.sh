@@ -8,7 +8,8 @@
 #
 #   benchmarks/distributed_scaling.sh medium  # 1, 2 and 4 GPUs in contiguous parts, 4 GPUs in
 #                                             # label-propagation parts, 4 GPUs without overlap
-#                                             # (its exchanges timed): about 5 minutes on 4 H100s
+#                                             # (its exchanges timed), 4 GPUs exchanging blocks
+#                                             # of 64 columns: about 6 minutes on 4 H100s
 #   benchmarks/distributed_scaling.sh large   # IGB-large-like on 4 GPUs (features streamed
 #                                             # from host memory on 80 GB GPUs): 3 to 5 minutes
 #
@@ -33,6 +34,7 @@ case ${1:-medium} in
         point $medium --devices 1,2,4
         point $medium --devices 4 --append --set distributed.partition=label-propagation
         point $medium --devices 4 --append --set distributed.overlap=false
+        point $medium --devices 4 --append --set distributed.exchange_columns=64
         ;;
     large)
         # activations of 12.8 GB on each GPU: segments that grow keep the allocator from
