@@ -196,6 +196,11 @@ def _take(t: Tensor, block: tuple[int, int], whole: bool) -> Tensor:
     return t if whole else t[:, block[0] : block[1]].contiguous()
 
 
+def _columns(t: Tensor, block: tuple[int, int]) -> Tensor:
+    """A view of the block's columns (what is sent: the send buffer gathers its rows)."""
+    return t[:, block[0] : block[1]]
+
+
 class _Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h_own, h_halo, rows, exchanges, precision, in_place):
@@ -209,7 +214,7 @@ class _Aggregate(torch.autograd.Function):
         whole = len(blocks) == 1
         wide = h_own.dtype != torch.float64  # sums in fp32 (float64 stays)
         out = h_own if in_place else torch.empty_like(h_own)
-        pending = exchanges.start(_take(h_own, blocks[0], whole)) if plan else None
+        pending = exchanges.start(_columns(h_own, blocks[0])) if plan else None
         for j, block in enumerate(blocks):
             x = _take(h_own, block, whole)
             halo = None
@@ -222,7 +227,7 @@ class _Aggregate(torch.autograd.Function):
                     halo = exchanges.wait(pending)
                 pending = None
                 if j + 1 < len(blocks):
-                    pending = exchanges.start(_take(h_own, blocks[j + 1], False))
+                    pending = exchanges.start(_columns(h_own, blocks[j + 1]))
             else:
                 halo = None if h_halo is None else _take(h_halo, block, whole)
             if halo is not None and rows.halo.n_cols:
