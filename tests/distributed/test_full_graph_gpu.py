@@ -94,4 +94,6 @@ def test_gcn_host_features_and_blocked_exchange_match_single_process(nccl_group,
     assert abs(loss - ref_loss) <= tol * abs(ref_loss)
     flat = torch.cat([torch.as_tensor(grads[name]).flatten() for name in ref_grads])
     ref_flat = torch.cat([g.flatten() for g in ref_grads.values()])
-    assert rel_err(flat, ref_flat) <= tol
+    fp32_grads = single_process("cora", "gcn", device="cuda", precision="fp32")[2]
+    fp32_flat = torch.cat([g.flatten() for g in fp32_grads.values()])
+    assert rel_err(flat, ref_flat) <= max(tol, 2 * rel_err(ref_flat, fp32_flat))
