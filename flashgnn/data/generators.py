@@ -8,6 +8,8 @@ ogbn-products-like graph (2.4M nodes, ~60M nonzeros) and the Reddit-like one (23
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -233,49 +235,87 @@ class IGBLike:
         np.cumsum(np.bincount(rows, minlength=hi - lo), out=indptr[1:])
         return indptr, src
 
-    def features(self, b: int) -> np.ndarray:
-        """float16 [rows, num_features] of block ``b``. The noise comes from torch's generator
+    def features(self, b: int, out: np.ndarray | None = None) -> np.ndarray:
+        """float16 [rows, num_features] of block ``b``, written into ``out`` (a contiguous
+        float16 array of that shape) when given. The noise comes from torch's generator
         (seeded by (seed, block)), several times faster than numpy's normals: at IGB-large
         scale a rank draws 25 billion of them."""
         lo, hi = self._bounds(b)
         seed = int(np.random.SeedSequence([self.seed, 3, b]).generate_state(1, np.uint64)[0])
         generator = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
         labels = torch.from_numpy(self.labels(np.arange(lo, hi, dtype=np.int64)))
-        x = torch.randn((hi - lo, self.num_features), generator=generator, dtype=torch.float16)
+        shape = (hi - lo, self.num_features)
+        x = None if out is None else torch.from_numpy(out)
+        x = torch.randn(shape, generator=generator, dtype=torch.float16, out=x)
         x += torch.nn.functional.embedding(labels, torch.from_numpy(self.centres).half())
         return x.numpy()
 
-    def rows_of(self, nodes: np.ndarray, features: bool = True):
+    def rows_of(
+        self,
+        nodes: np.ndarray,
+        features: bool = True,
+        workers: int = 1,
+        features_out: Callable[[tuple[int, int]], np.ndarray | None] | None = None,
+    ):
         """The rows of ``nodes`` (int64, ascending, distinct): (indptr int64 [len + 1], indices
         int64 source ids, labels int64 [len], split int8 [len], features float16 [len, F] or
-        None), built from the blocks that hold them, one block at a time beside the result."""
+        None), built from the blocks that hold them, ``workers`` blocks at a time on threads
+        (each block draws from its own seeded streams: any number of workers gives the same
+        rows). ``features_out(shape)``: the float16 array the features are written into (e.g.
+        registered host memory), or None for a new one."""
         nodes = np.asarray(nodes, dtype=np.int64)
         if nodes.size and (nodes[0] < 0 or nodes[-1] >= self.n or np.any(np.diff(nodes) <= 0)):
             raise ValueError(f"nodes must be ascending distinct ids of the {self.n} nodes")
-        parts, counts = [np.zeros(0, dtype=np.int64)], [np.zeros(1, dtype=np.int64)]
         split = np.empty(nodes.size, dtype=np.int8)
-        x = np.empty((nodes.size, self.num_features), dtype=np.float16) if features else None
+        x = None
+        if features:
+            shape = (nodes.size, self.num_features)
+            x = None if features_out is None else features_out(shape)
+            if x is None:
+                x = np.empty(shape, dtype=np.float16)
+            elif x.shape != shape or x.dtype != np.float16:
+                raise ValueError(f"features_out gave {x.dtype} {x.shape}, not float16 {shape}")
         block_of = nodes // BLOCK_NODES
-        for b in np.unique(block_of):
+
+        def rows_of_block(b: int) -> tuple[np.ndarray, np.ndarray]:
             at = np.flatnonzero(block_of == b)
             local = nodes[at] - b * BLOCK_NODES
             indptr, src = self.block(int(b))
             starts, lengths = indptr[local], indptr[local + 1] - indptr[local]
-            counts.append(lengths)
             placed = np.cumsum(lengths) - lengths  # where each row's edges go in the result
             take = np.repeat(starts - placed, lengths) + np.arange(int(lengths.sum()))
-            parts.append(src[take])
             split[at] = self.split(int(b))[local]
             if features:
-                x[at] = self.features(int(b))[local]
+                if local.size == BLOCK_NODES or local.size == self.n - b * BLOCK_NODES:
+                    # the whole block, in consecutive rows: drawn in place
+                    self.features(int(b), out=x[at[0] : at[0] + local.size])
+                else:
+                    x[at] = self.features(int(b))[local]
+            return lengths, src[take]
+
+        blocks = np.unique(block_of)
+        if workers > 1 and blocks.size > 1:
+            # one intra-op thread per block: the blocks are the parallelism
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                with ThreadPoolExecutor(min(workers, blocks.size)) as pool:
+                    done = list(pool.map(rows_of_block, blocks))
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            done = [rows_of_block(b) for b in blocks]
+        counts = [np.zeros(1, dtype=np.int64)] + [lengths for lengths, _ in done]
+        parts = [np.zeros(0, dtype=np.int64)] + [src for _, src in done]
+        del done
         labels = self.labels(nodes)
         return np.cumsum(np.concatenate(counts)), np.concatenate(parts), labels, split, x
 
-    def rows(self, lo: int, hi: int, features: bool = True):
+    def rows(self, lo: int, hi: int, features: bool = True, workers: int = 1):
         """``rows_of`` the nodes lo .. hi - 1."""
         if not 0 <= lo <= hi <= self.n:
             raise ValueError(f"rows [{lo}, {hi}) are not a range of the {self.n} nodes")
-        return self.rows_of(np.arange(lo, hi, dtype=np.int64), features)
+        return self.rows_of(np.arange(lo, hi, dtype=np.int64), features, workers)
 
     def split_sizes(self) -> tuple[int, int, int]:
         """Nodes in train, val and test of the whole graph (the splits alone, no edges)."""

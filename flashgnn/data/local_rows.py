@@ -110,16 +110,20 @@ def supports(name: str) -> bool:
     return _family(name) is not None
 
 
-def load(section: dict, rank: int, world: int) -> LocalRows:
+def load(section: dict, rank: int, world: int, workers: int = 1, features_out=None) -> LocalRows:
     """Rank ``rank``'s rows (of ``world``, contiguous) of the dataset a config's dataset
-    section names (``name``, ``root`` and the loader's keywords)."""
+    section names (``name``, ``root`` and the loader's keywords). A generated graph is built
+    ``workers`` blocks at a time, its features written into ``features_out(shape)`` when it
+    gives an array (``IGBLike.rows_of``)."""
     kw = {k: v for k, v in section.items() if k != "name"}
     family = _family(section["name"])
     if family is None:
         raise ValueError(f"dataset {section['name']!r} is not read rank by rank")
     kind, size = family
     if kind == "generated-igb":
-        return generated_igb_rows(size, rank, world, **kw)
+        return generated_igb_rows(
+            size, rank, world, workers=workers, features_out=features_out, **kw
+        )
     root = kw.pop("root", None)
     return igb_rows(size, default_root() if root is None else Path(root), rank, world, **kw)
 
@@ -151,10 +155,12 @@ def generated_igb(
     )
 
 
-def generated_igb_nodes(size: str, graph: IGBLike, own: np.ndarray) -> LocalRows:
+def generated_igb_nodes(
+    size: str, graph: IGBLike, own: np.ndarray, workers: int = 1, features_out=None
+) -> LocalRows:
     """The rows of the nodes ``own`` (ascending ids) of ``graph``, the generated IGB-like
-    graph of ``size``."""
-    indptr, indices, labels, split, x = graph.rows_of(own)
+    graph of ``size`` (``workers``, ``features_out``: as ``IGBLike.rows_of`` takes them)."""
+    indptr, indices, labels, split, x = graph.rows_of(own, True, workers, features_out)
     info = DatasetInfo(
         f"generated-igb-{size}",
         graph.n,
@@ -168,24 +174,29 @@ def generated_igb_nodes(size: str, graph: IGBLike, own: np.ndarray) -> LocalRows
     return _tensors(info, own, indptr, indices, x, labels, masks)
 
 
-def generated_igb_rows(size: str, rank: int, world: int, **kw) -> LocalRows:
+def generated_igb_rows(
+    size: str, rank: int, world: int, workers: int = 1, features_out=None, **kw
+) -> LocalRows:
     """Rank ``rank``'s contiguous rows of the generated IGB-like graph of ``size``
-    (``generated_igb``'s keywords)."""
+    (``generated_igb``'s keywords; ``workers``, ``features_out``: ``IGBLike.rows_of``'s)."""
     graph = generated_igb(size, **kw)
     lo, hi = own_range(graph.n, rank, world)
-    return generated_igb_nodes(size, graph, np.arange(lo, hi, dtype=np.int64))
+    own = np.arange(lo, hi, dtype=np.int64)
+    return generated_igb_nodes(size, graph, own, workers, features_out)
 
 
-def generated_igb_structure(section: dict) -> tuple[IGBLike, str, np.ndarray, np.ndarray]:
+def generated_igb_structure(
+    section: dict, workers: int = 1
+) -> tuple[IGBLike, str, np.ndarray, np.ndarray]:
     """(graph, size, indptr, indices) of every row of the generated IGB-like graph a config's
-    dataset section names, without features: what a partition other than contiguous ranges
-    is computed from, on every rank."""
+    dataset section names, without features (``workers`` blocks at a time): what a partition
+    other than contiguous ranges is computed from, on every rank."""
     family = _family(section["name"])
     if family is None or family[0] != "generated-igb":
         raise ValueError(f"dataset {section['name']!r} is not a generated IGB-like graph")
     size = family[1]
     graph = generated_igb(size, **{k: v for k, v in section.items() if k != "name"})
-    indptr, indices, *_ = graph.rows(0, graph.n, features=False)
+    indptr, indices, *_ = graph.rows(0, graph.n, features=False, workers=workers)
     return graph, size, indptr, indices
 
 

@@ -2,7 +2,8 @@
 
 Full-graph training: ``partition_nodes`` splits the nodes, ``FullGraphPartition`` keeps a
 rank's rows of the graph and its halo's exchange lists, ``FullGraphPartition.wrap`` runs a
-model on them with the halo exchange (``halo``) before each graph layer;
+model on them with the halo exchange (``halo``) before each graph layer (GCN through
+``aggregation``, ``projection`` and ``epilogue``; ``memory`` estimates what a rank holds);
 ``all_reduce_gradients`` and ``global_count`` combine the ranks' gradients and losses
 (``gradients`` says how)."""
 

@@ -21,9 +21,26 @@ from .group import check_device, first_rank, group_rank, group_size
 from .halo import HaloPlan
 from .model import FullGraphModel
 from .partition import partition_nodes, renumbering
+from .projection import in_host_buffer, to_host_buffer
 from .shard import add_row_self_loops, local_graph, rows_of_part
 
 SPLITS = ("train", "val", "test")
+PLACEMENTS = ("auto", "device", "host")
+# features="auto" keeps them in host memory when they would take more than this share of the GPU
+FEATURES_DEVICE_MEMORY = 0.4
+
+
+def features_on_host(placement: str, nbytes: int, device) -> bool:
+    """Whether a rank's features of ``nbytes`` stay in host memory: ``placement`` "host",
+    or "auto" on a CUDA device where they exceed FEATURES_DEVICE_MEMORY of its memory."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"features must be one of {PLACEMENTS}, got {placement!r}")
+    device = torch.device(device)
+    if placement != "auto":
+        return placement == "host"
+    if device.type != "cuda":
+        return False
+    return nbytes > FEATURES_DEVICE_MEMORY * torch.cuda.get_device_properties(device).total_memory
 
 
 class FullGraphPartition:
@@ -35,11 +52,13 @@ class FullGraphPartition:
     permutations between the dataset's ids and the new ones, or None when the caller gave
     none, i.e. the ids were not renumbered).
 
-    graph: the local bipartite Graph on ``device``: destinations the num_own own nodes (in new
-    id order), sources the own nodes then the num_halo halo nodes (remote sources of the own
-    rows, in increasing new id), built from the rank's rows only; its edge weights are the
-    graph's own (or None). x [num_own, F], y [num_own] (or [num_own, C]), masks (train, val,
-    test: bool [num_own]): the own nodes', on ``device``, in the dtypes given.
+    graph: the local bipartite Graph on ``device`` (or on the host, for GCN, which builds its
+    own matrices from it once): destinations the num_own own nodes (in new id order), sources
+    the own nodes then the num_halo halo nodes (remote sources of the own rows, in increasing
+    new id), built from the rank's rows only; its edge weights are the graph's own (or None).
+    x [num_own, F], y [num_own] (or [num_own, C]), masks (train, val, test: bool [num_own]):
+    the own nodes', on ``device``, in the dtypes given; x stays in host memory when
+    ``features_on_host`` (registered with CUDA for asynchronous copies).
     src_degrees: int64 [num_own + num_halo], the out-degree in the whole graph of every local
     source (what GCN's normalisation divides by); plan: the ``HaloPlan``."""
 
@@ -56,9 +75,13 @@ class FullGraphPartition:
         group,
         new_of_old: Tensor | None,
         old_of_new: Tensor | None,
+        features_on_host: bool = False,
+        device: torch.device | None = None,
     ):
         self.graph, self.plan = graph, plan
+        self.device = graph.device if device is None else torch.device(device)
         self.x, self.y, self.masks = x, y, masks
+        self.features_on_host = features_on_host
         self.part_ptr = part_ptr
         self.src_degrees = src_degrees
         self._counts = counts
@@ -79,15 +102,20 @@ class FullGraphPartition:
         k: int | None = 8,
         seed: int = 0,
         x_dtype: torch.dtype | None = None,
+        features: str = "device",
+        graph_on_host: bool = False,
     ) -> FullGraphPartition:
         """Collective. Partition ``dataset`` (a ``flashgnn.data.Dataset`` every rank holds
         whole) into one part per rank of ``group`` with ``partition_nodes(method, seed)``
         (METIS runs on rank 0 and its parts are broadcast), renumber, and keep this rank's
         rows (``from_local_rows``). ``self_loops``: add a self-loop to every node without one,
-        as single-process training does; ``k``: the block width whose formats are built now
-        (None: built on first use); ``x_dtype``: the features' dtype on the device (None: the
-        dataset's). Pass ``x`` itself to the wrapped model: the first layers' halo rows of it
-        are exchanged once."""
+        as single-process training does; ``k``: the block width whose formats of the local
+        graph are built now (None: built on first use; GCN builds its own); ``x_dtype``: the
+        features' dtype (None: the dataset's); ``features``: where they stay, "device",
+        "host" or "auto" (``features_on_host``); ``graph_on_host``: the local graph moves to
+        the host once built (GCN's matrices are built from it once; its CSR would take 16
+        bytes an edge of the GPU). Pass ``x`` itself to the wrapped model: the first layers'
+        halo rows of it are exchanged once."""
         world, rank = group_size(group), group_rank(group)
         device = torch.device(device)
         check_device(device, group)
@@ -121,6 +149,8 @@ class FullGraphPartition:
             new_of_old=new_of_old,
             old_of_new=old_of_new,
             x_dtype=x_dtype,
+            features=features,
+            graph_on_host=graph_on_host,
         )
 
     @classmethod
@@ -141,6 +171,8 @@ class FullGraphPartition:
         new_of_old: Tensor | None = None,
         old_of_new: Tensor | None = None,
         x_dtype: torch.dtype | None = None,
+        features: str = "device",
+        graph_on_host: bool = False,
     ) -> FullGraphPartition:
         """Collective. This rank's partition from its rows alone.
 
@@ -151,8 +183,10 @@ class FullGraphPartition:
         lists the renumbered sources of the in-edges of node lo + i, in any order, no
         duplicates); edge_weight: float [E] in that order, or None.
         x [hi - lo, F], y [hi - lo] or [hi - lo, C], masks: (train, val, test) bool [hi - lo].
-        ``self_loops``, ``k``, ``x_dtype``: as in ``build``. ``new_of_old`` / ``old_of_new``: the
-        renumbering, when there is one, kept for ``gather``.
+        ``self_loops``, ``k``, ``x_dtype``, ``features``, ``graph_on_host``: as in ``build``
+        (x kept in host memory is copied into registered memory unless it is there already;
+        with ``graph_on_host`` no format is built: k must be None). ``new_of_old`` /
+        ``old_of_new``: the renumbering, when there is one, kept for ``gather``.
 
         Collectives: one all-to-all of counts and one of ids (the halo's exchange lists), two
         exchanges of degrees, one all-reduce of edge counts."""
@@ -162,10 +196,14 @@ class FullGraphPartition:
         part_ptr = _check_part_ptr(part_ptr, world)
         lo, hi = int(part_ptr[rank]), int(part_ptr[rank + 1])
         num_own = hi - lo
+        if graph_on_host and k is not None:
+            raise ValueError("a graph kept on the host has no formats built: pass k=None")
         indptr, indices = _check_rows(indptr, indices, num_own, int(part_ptr[-1]))
         if edge_weight is not None:
             edge_weight = torch.as_tensor(edge_weight).cpu()
         x, y, masks = _check_node_data(x, y, masks, num_own)
+        dtype = x.dtype if x_dtype is None else x_dtype
+        host = features_on_host(features, x.numel() * _itemsize(dtype), device)
         if self_loops:
             indptr, indices, edge_weight = add_row_self_loops(indptr, indices, edge_weight, lo)
         graph, halo_ids = local_graph(indptr, indices, edge_weight, lo, hi, device)
@@ -187,10 +225,16 @@ class FullGraphPartition:
         }
         if k is not None:
             graph.adj(k).transpose()
+        if graph_on_host:
+            graph = graph.to("cpu")
+        if not host:
+            x = x.to(device=device, dtype=dtype)
+        elif x.device.type != "cpu" or x.dtype != dtype or not _registered(x, device):
+            x = to_host_buffer(x.cpu(), device, dtype)
         return cls(
             graph,
             plan,
-            x.to(device=device, dtype=x_dtype),
+            x,
             y.to(device),
             [m.to(device) for m in masks],
             part_ptr,
@@ -199,6 +243,8 @@ class FullGraphPartition:
             group,
             new_of_old,
             old_of_new,
+            host,
+            device,
         )
 
     # ------------------------------------------------------------------ sizes
@@ -214,10 +260,6 @@ class FullGraphPartition:
     def global_num_nodes(self) -> int:
         return int(self.part_ptr[-1])
 
-    @property
-    def device(self) -> torch.device:
-        return self.graph.device
-
     def stats(
         self, widths: int | Sequence[int] | None = None, dtype: torch.dtype = torch.float32
     ) -> dict:
@@ -226,7 +268,8 @@ class FullGraphPartition:
 
         Per exchange (one per graph layer, forward; the backward moves as many rows the other
         way): ``halo_rows_received`` (= num_halo, the lower bound: every remote source read
-        once), ``halo_rows_sent``, and per peer ``rows_received_from`` / ``rows_sent_to``.
+        once), ``halo_rows_sent``, and per peer ``rows_received_from`` / ``rows_sent_to``;
+        ``features_on_host``: whether the features stay in host memory.
         Partition: ``edges_local`` (edges of this rank's rows, self-loops included),
         ``cut_edges_local`` (of them, those from a remote source), ``num_edges``, ``edge_cut``
         (edges whose ends lie in different parts, over all ranks), ``halo_rows_total``.
@@ -242,6 +285,7 @@ class FullGraphPartition:
             "halo_rows_sent": int(self.plan.send_index.numel()),
             "rows_received_from": list(self.plan.recv_counts),
             "rows_sent_to": list(self.plan.send_counts),
+            "features_on_host": self.features_on_host,
             **self._counts,
         }
         if widths is not None:
@@ -277,7 +321,12 @@ class FullGraphPartition:
         return full.index_select(0, self.new_of_old.to(full.device))
 
     def wrap(
-        self, model: torch.nn.Module, *, overlap: bool = False, time_exchanges: bool = False
+        self,
+        model: torch.nn.Module,
+        *,
+        overlap: bool = False,
+        time_exchanges: bool = False,
+        exchange_columns: int | None = None,
     ) -> torch.nn.Module:
         """Collective: ``model`` (a GCN, AGNN or GAT of ``flashgnn.models``, on this
         partition's device) as a module whose ``forward(graph, x_own)`` (``graph`` must be
@@ -285,8 +334,9 @@ class FullGraphPartition:
         exchange of its input. The parameters and buffers are broadcast from the group's
         first rank, so that every replica starts equal. ``overlap``: GCN layers aggregate the
         own sources while the halo rows travel (``flashgnn.distributed.model``);
-        ``time_exchanges``: the exchanges a forward waits for are timed (``exchange_ms``)."""
-        wrapped = FullGraphModel(self, model, overlap=overlap)
+        ``time_exchanges``: the exchanges a forward waits for are timed (``exchange_ms``);
+        ``exchange_columns``: the columns of a block of GCN's exchange (None: as fit)."""
+        wrapped = FullGraphModel(self, model, overlap=overlap, exchange_columns=exchange_columns)
         wrapped.time_exchanges = time_exchanges
         return wrapped
 
@@ -335,6 +385,16 @@ def _check_node_data(x, y, masks, num_own: int):
         if not isinstance(m, Tensor) or m.dtype != torch.bool or m.shape != (num_own,):
             raise ValueError(f"the {name} mask must be bool [{num_own}], got {_shape(m)}")
     return x, y, masks
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _registered(x: Tensor, device: torch.device) -> bool:
+    """Whether CPU tensor x can be copied to ``device`` asynchronously as it is (any CPU
+    tensor when ``device`` is not CUDA)."""
+    return device.type != "cuda" or in_host_buffer(x)
 
 
 def _shape(t) -> str:

@@ -116,9 +116,9 @@ def _rank_main(index: int, fn: Callable, world: int, rendezvous: str, device_typ
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(index),
     )
-    if device_type == "cpu":
-        # ranks of one host share its cores; more threads than cores slow every rank down
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    # ranks of one host share its cores; more threads than cores slow every rank down (on
+    # CUDA too: a rank's host work, building its rows, runs on them)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     join_group(Placement(index, world, index), device_type, timeout_s, f"file://{rendezvous}")
     fn(*args)
     # leave together: a rank that tears its connections down while a peer still uses the

@@ -7,15 +7,18 @@ receiving rank); GAT projects them with ``fc`` on the receiving rank for its att
 and messages. Between layers the model's own steps (dropout, activations, AGNN's encoder and
 decoder, GAT's head merge) run on the own rows only.
 
-GCN's normalisation divides by the out-degree of each source in the whole graph, which a
-rank's rows do not show for its halo: the layer's values come from the partition's global
-degrees (``src_degrees``), so they equal the single-process ones. ``overlap=True`` splits
-the local graph by source: a GCN layer aggregates the own sources while the halo rows travel,
-then adds the halo sources' part.
+GCN runs its own lean pipeline per layer, the same maths as GCNConv's: a narrowing weight
+multiplies first (``projection``, the features streamed from host memory when they stay
+there), the aggregation over the own and halo sources with the halo rows exchanged in blocks
+of columns (``aggregation``), then the bias, ReLU and the next layer's dropout, written in the
+type the next layer reads (``epilogue``). GCN's values are normalised by the degrees in the
+whole graph (``src_degrees``), so they equal the single-process ones. ``overlap=True`` lets
+the own sources' part run while the halo rows travel; off, each block's rows arrive first.
 
 The graph layers' input is the features themselves for GCN's and GAT's first layer: their
 halo rows are exchanged once and kept while ``partition.x`` is unchanged (an in-place change
-moves its version and they are exchanged again).
+moves its version and they are exchanged again), for GCN when they fit X_HALO_MEMORY of the
+GPU on every rank.
 """
 
 from __future__ import annotations
@@ -28,15 +31,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import GCNConv
-from ..nn.graph_input import ZeroInDegreeError, check_graph_input, value_dtype
-from ..ops import graph_conv
-from ..ops.gcn_norm import gcn_norm_factor
+from ..nn.graph_input import ZeroInDegreeError
 from ..ops.precision import half_storage
-from ..ops.replay import NodeReplay
 from ..precision_context import block_width, resolve_precision
+from .aggregation import Exchanges, SplitRows, aggregate
+from .epilogue import epilogue
 from .group import first_rank
-from .halo import exchange, start_exchange
-from .shard import split_by_source
+from .halo import exchange
+from .projection import project
 
 # the share of a GPU's memory the halo rows of the input features may keep between steps
 X_HALO_MEMORY = 0.25
@@ -46,9 +48,17 @@ class FullGraphModel(nn.Module):
     """``model`` on ``partition`` (``FullGraphPartition.wrap``). ``forward(graph, x_own)``:
     graph must be ``partition.graph``, x_own [num_own, F] -> the own nodes' outputs
     [num_own, out]. ``module`` is the wrapped model (its ``state_dict`` is the single-process
-    one). Collective: every rank calls forward (and backward) in step."""
+    one). Collective: every rank calls forward (and backward) in step. ``exchange_columns``:
+    the columns of one block of GCN's halo exchange (None: as many as fit
+    ``aggregation.EXCHANGE_MEMORY``)."""
 
-    def __init__(self, partition, model: nn.Module, overlap: bool = False):
+    def __init__(
+        self,
+        partition,
+        model: nn.Module,
+        overlap: bool = False,
+        exchange_columns: int | None = None,
+    ):
         super().__init__()
         from flashgnn.models import AGNN, GAT, GCN
 
@@ -62,13 +72,14 @@ class FullGraphModel(nn.Module):
         self.module = model
         self.partition = partition
         self.overlap = bool(overlap)
+        self.exchange_columns = exchange_columns
         self._forward = forwards[kind]
         # time each exchange of a forward that waits for it (exchange_ms); off, no event is made
         self.time_exchanges = False
-        self._x_halo = None  # (partition.x's version, [x_own; x_halo])
-        self._values: dict = {}
-        self._halo_replay: dict[int, NodeReplay] = {}  # the halo parts' replay, per layer
-        self._split = None
+        self._x_halo = None  # (partition.x's version, [x_own; x_halo]) for GAT
+        self._features_halo = None  # (partition.x's version, x_halo) for GCN
+        self._rows: dict = {}  # (norm, k) -> SplitRows
+        self._activation_bytes = 4  # per element of GCN's hidden activations, last forward
         for layer in model.layers:
             if (
                 isinstance(layer, GCNConv)
@@ -79,11 +90,29 @@ class FullGraphModel(nn.Module):
                     "GCNConv: there are 0-in-degree nodes in the graph; build the partition "
                     "with self_loops=True, or the layer with allow_zero_in_degree=True"
                 )
+            if isinstance(layer, GCNConv) and layer.activation not in (None, F.relu, torch.relu):
+                raise TypeError(
+                    "the distributed GCN fuses ReLU with its layers: a GCNConv's activation "
+                    f"must be ReLU or None, got {layer.activation!r}"
+                )
+        if partition.features_on_host and (
+            kind is not GCN or model.layers[0].in_feats <= model.layers[0].out_feats
+        ):
+            raise ValueError(
+                "features kept in host memory feed GCN's first projection only (a first layer "
+                "narrowing them); build the partition with features='device' for this "
+                f"{kind.__name__}"
+            )
         self.exchanges: list[dict] = []
-        src = first_rank(partition.group)
+        group = partition.group
+        src = first_rank(group)
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
-                dist.broadcast(t.data, src=src, group=partition.group)
+                dist.broadcast(t.data, src=src, group=group)
+        # whether the features' halo rows fit on every rank: all exchange them, or none does
+        largest = torch.tensor([partition.num_halo], device=partition.device)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=group)
+        self._largest_halo = int(largest)
 
     def forward(self, graph, x_own: Tensor) -> Tensor:
         if graph is not self.partition.graph:
@@ -104,13 +133,37 @@ class FullGraphModel(nn.Module):
 
     # ------------------------------------------------------------------ the models
     def _gcn(self, x: Tensor) -> Tensor:
-        model, h = self.module, x
-        for i, layer in enumerate(model.layers):
-            if i > 0:
-                h = model.dropout(h)
-            elif model.input_dropout is not None:
-                h = model.input_dropout(h)
-            h = self._gcn_layer(i, layer, h)
+        model, part = self.module, self.partition
+        host = x is part.x and part.features_on_host
+        h = x
+        if model.input_dropout is not None and model.training:
+            if host:
+                raise ValueError(
+                    "GCN's input_dropout needs the features on the device: build the "
+                    "partition with features='device'"
+                )
+            h = model.input_dropout(x)
+        layers = model.layers
+        last = len(layers) - 1
+        projected = False
+        for i, layer in enumerate(layers):
+            dropout = model.dropout.p if model.training and i < last else 0.0
+            # a layer aggregating first, before one narrowing its input: its epilogue makes
+            # the next layer's X W block by block, and the next input is never whole
+            then = None
+            if i < last and not _narrows(layer) and layer.weight is not None:
+                then = layers[i + 1].weight if _narrows(layers[i + 1]) else None
+            h = self._gcn_layer(
+                layer,
+                h,
+                dropout,
+                host and i == 0,
+                fresh=i > 0 or h is not x,
+                last=i == last,
+                projected=projected,
+                then=then,
+            )
+            projected = then is not None
         return h
 
     def _agnn(self, x: Tensor) -> Tensor:
@@ -139,7 +192,7 @@ class FullGraphModel(nn.Module):
                 return exchange(h, part.plan)
             start = _Clock(h.device)
             out = exchange(h, part.plan)
-            self.exchanges[-1]["clock"] = start.stop()
+            self.exchanges[-1]["clocks"] = [start.stop()]
             return out
         if self._x_halo is None or self._x_halo[0] != h._version:
             with torch.no_grad():
@@ -148,121 +201,142 @@ class FullGraphModel(nn.Module):
 
     def exchange_ms(self) -> list[dict]:
         """The timed exchanges of the last forward (``time_exchanges``): per exchange its
-        width, dtype name, rows received and ms (waits for the GPU)."""
+        width, dtype name, rows received and ms (waits for the GPU; a GCN layer's blocks
+        summed)."""
         return [
             {
                 "width": e["width"],
                 "dtype": str(e["dtype"]).removeprefix("torch."),
                 "rows_received": self.partition.num_halo,
-                "ms": e["clock"].ms(),
+                "ms": sum(clock.ms() for clock in e["clocks"]),
             }
             for e in self.exchanges
-            if "clock" in e
+            if e.get("clocks")
         ]
 
-    def _gcn_layer(self, i: int, layer: GCNConv, h: Tensor) -> Tensor:
-        """``layer`` (a GCNConv) on [h; halo rows], with the normalisation of the whole graph.
-        A layer whose weight narrows the features sends h W instead of h (A (h W) is the
-        order GCNConv computes then anyway), unless h is the partition's features and their
-        halo fits the memory kept for it (exchanged once, not every step)."""
+    def _gcn_layer(
+        self,
+        layer: GCNConv,
+        h: Tensor,
+        dropout: float,
+        host: bool,
+        fresh: bool,
+        last: bool,
+        projected: bool = False,
+        then: Tensor | None = None,
+    ) -> Tensor:
+        """``layer`` on [h; halo rows] with the whole graph's normalisation, then the next
+        layer's dropout: a narrowing weight multiplies before the aggregation, which then
+        exchanges h W (``host``: h is the features in host memory, streamed; ``projected``: h
+        is h W already), else after it (``then``: the next layer's weight, which the epilogue
+        multiplies its result by). The features' own halo rows are exchanged once instead,
+        where they fit. ``fresh``: h is this forward's own tensor, which the aggregation may
+        overwrite; ``last``: the model's output layer, whose gradient comes from the caller."""
         part = self.partition
+        width = layer.out_feats if projected else layer.in_feats
+        if h.shape[1] != width:
+            raise ValueError(f"GCNConv: expected {width} input features, got {h.shape[1]}")
         precision = resolve_precision(layer.precision)
         k = block_width(precision)
-        cached = h is part.x and not h.requires_grad
-        weight = layer.weight
-        if weight is not None and weight.shape[0] > weight.shape[1]:
-            if not (cached and self._x_halo_fits(h)):
-                h, weight, cached = _project(h, weight), None, False
+        rows = self._split_rows(layer.norm, k)
+        device = part.device
+        dense = h.dtype
+        if h.dtype != torch.float64 and torch.is_autocast_enabled(device.type):
+            dense = torch.get_autocast_dtype(device.type)
         storage = half_storage(precision)
-        if storage is not None and h.dtype == torch.float32 and not cached:
-            # the SpMM rounds its input to the precision's storage type first: sending it
-            # rounded halves the bytes and changes nothing
-            h = h.to(storage)
-        dtype = value_dtype(h)
-        if not self.overlap or cached or part.num_halo == 0:
-            feat = self._exchange(h)
-            check_graph_input(part.graph, feat, feat.shape[1], True, "GCNConv", False)
-            values = self._gcn_values("local", layer.norm, k, dtype)
-            out = graph_conv(
-                part.graph.adj(k),
-                feat,
-                weight,
-                layer.bias,
-                precision,
-                values=values,
-                replay=layer.replay,
-            )
-        else:
-            own_part, halo_part = self._split_graphs()
-            check_graph_input(own_part, h, h.shape[1], True, "GCNConv", False)
-            self.exchanges.append({"width": h.shape[1], "dtype": h.dtype, "cached": False})
-            pending = start_exchange(h, part.plan)
-            out = graph_conv(
-                own_part.adj(k),
-                h,
-                weight,
-                None,
-                precision,
-                values=self._gcn_values("own", layer.norm, k, dtype),
-                replay=layer.replay,
-            )
-            out = out + graph_conv(
-                halo_part.adj(k),
-                pending.wait(),
-                weight,
-                layer.bias,
-                precision,
-                values=self._gcn_values("halo", layer.norm, k, dtype),
-                replay=self._halo_part_replay(i, layer),
-            )
-        return layer.activation(out) if layer.activation is not None else out
+        weight, bias = layer.weight, layer.bias
+        halo = self._features_halo_rows(h)
+        exchanges = Exchanges(
+            part.plan if part.world > 1 and halo is None else None,
+            self.overlap,
+            self.exchange_columns,
+        )
+        clocks = []
+        if self.time_exchanges and exchanges.plan is not None:
+            exchanges.clocks, exchanges.clock = clocks, _Clock
+        relu = layer.activation is not None
+        # the next layer's input type: the storage type when the products run in it (the next
+        # layer rounds to it first), else the result's own
+        hidden = storage if relu and dense == storage else None
+        if relu:
+            self._activation_bytes = 2 if hidden is not None else 4
+        if _narrows(layer):
+            if not projected:
+                h = project(h, weight, device, dense, host)
+                if halo is not None:
+                    halo = project(halo, weight, device, dense)
+            self._record(h, halo is not None, clocks)
+            total = aggregate(h, rows, exchanges, precision, halo, in_place=True)
+            return epilogue(total, None, bias, relu, dropout, hidden, dense, reuse_grad=not last)
+        if dense == storage and h.dtype != storage:
+            # the SpMM reads its input in the storage type: sending it so halves the bytes
+            h, fresh = h.to(storage), True
+            halo = None if halo is None else halo.to(storage)
+        self._record(h, halo is not None, clocks)
+        total = aggregate(h, rows, exchanges, precision, halo, in_place=fresh)
+        return epilogue(
+            total, weight, bias, relu, dropout, hidden, dense, reuse_grad=not last, then=then
+        )
 
-    def _x_halo_fits(self, x: Tensor) -> bool:
-        """Whether the halo rows of the features fit in X_HALO_MEMORY of the GPU (always on
-        the CPU)."""
-        if x.device.type != "cuda":
-            return True
-        total = torch.cuda.get_device_properties(x.device).total_memory
-        return self.partition.num_halo * x.shape[1] * x.element_size() <= X_HALO_MEMORY * total
+    def memory_estimate(self) -> dict | None:
+        """``distributed.memory.estimate`` of this rank's GCN step, from the partition's sizes
+        and the matrices built (None before a GCN forward)."""
+        if not self._rows:
+            return None
+        from .memory import estimate, of_partition
 
-    def _halo_part_replay(self, i: int, layer: GCNConv) -> NodeReplay:
-        """The replay state of layer i's halo part, enabled as the layer's own is now."""
-        replay = self._halo_replay.setdefault(i, NodeReplay())
-        replay.enabled = layer.replay.enabled
-        return replay
+        part = self.partition
+        rows = next(iter(self._rows.values()))
+        vectors = {
+            name: getattr(rows, name).col_idx.numel() for name in ("own", "own_t", "halo", "halo_t")
+        }
+        layers = self.module.layers
+        dims = [layers[0].in_feats] + [layer.out_feats for layer in layers]
+        sizes = of_partition(part, dims, self._activation_bytes, vectors)
+        gpu = None
+        if part.device.type == "cuda":
+            gpu = torch.cuda.get_device_properties(part.device).total_memory
+        # on the CPU the features are in the device's memory wherever they are kept
+        host = part.features_on_host and gpu is not None
+        graph_on_host = part.graph.device != part.device
+        return estimate(sizes, host, self._features_halo is not None, gpu, graph_on_host)
 
-    def _split_graphs(self):
-        if self._split is None:
-            self._split = split_by_source(self.partition.graph, self.partition.num_own)
-        return self._split[:2]
+    def _record(self, h: Tensor, cached: bool, clocks: list) -> None:
+        self.exchanges.append(
+            {"width": h.shape[1], "dtype": h.dtype, "cached": cached, "clocks": clocks}
+        )
 
-    def _gcn_values(self, which: str, norm: str, k: int, dtype: torch.dtype) -> Tensor:
-        """GCN's values of the local graph ("local") or of its own- or halo-source part, in
-        that graph's ``adj(k)`` layout: each edge's weight times the normalisation by the
-        destination's in-degree and the source's out-degree in the whole graph."""
-        key = (which, norm, k, dtype)
-        if key not in self._values:
-            graph = self.partition.graph
-            factor = gcn_norm_factor(
-                graph.indptr,
-                graph.indices,
-                graph.num_src_nodes,
-                norm,
-                dtype,
-                out_degree=self.partition.src_degrees,
+    def _features_halo_rows(self, h: Tensor) -> Tensor | None:
+        """The halo rows of ``partition.x`` when h is it and they fit X_HALO_MEMORY of the GPU
+        on every rank (exchanged once, kept while x is unchanged); else None."""
+        part = self.partition
+        if h is not part.x or h.requires_grad or part.world == 1:
+            return None
+        if part.features_on_host:
+            return None
+        if part.device.type == "cuda":
+            total = torch.cuda.get_device_properties(part.device).total_memory
+            if self._largest_halo * h.shape[1] * h.element_size() > X_HALO_MEMORY * total:
+                return None
+        if self._features_halo is None or self._features_halo[0] != h._version:
+            with torch.no_grad():
+                self._features_halo = (h._version, part.plan.send(h)[0])
+        return self._features_halo[1]
+
+    def _split_rows(self, norm: str, k: int) -> SplitRows:
+        """The rank's rows of GCN's matrix for ``norm`` at block width ``k``, built once."""
+        key = (norm, k)
+        if key not in self._rows:
+            part = self.partition
+            self._rows[key] = SplitRows.build(
+                part.graph, part.num_own, part.src_degrees, norm, k, part.device
             )
-            per_edge = factor[graph.csr_pos()]  # edge-id order
-            if graph.edge_weight is not None:
-                per_edge = per_edge * graph.edge_weight.detach().to(dtype)
-            if which == "local":
-                values = graph.edge_values(per_edge, k)
-            else:
-                own_part, halo_part = self._split_graphs()
-                mask = self._split[2]
-                target, chosen = (own_part, mask) if which == "own" else (halo_part, ~mask)
-                values = target.edge_values(per_edge[chosen], k)
-            self._values[key] = values
-        return self._values[key]
+        return self._rows[key]
+
+
+def _narrows(layer: GCNConv) -> bool:
+    """Whether the layer's weight narrows its input, so that X W is formed first."""
+    return layer.weight is not None and layer.weight.shape[0] > layer.weight.shape[1]
 
 
 class _Clock:
@@ -289,10 +363,3 @@ class _Clock:
             self.end.synchronize()
             return self.start.elapsed_time(self.end)
         return 1e3 * (self.end - self.start)
-
-
-def _project(h: Tensor, weight: Tensor) -> Tensor:
-    """h W as graph_conv computes it: in autocast's dtype when autocast is on, else h's."""
-    if torch.is_autocast_enabled(h.device.type):
-        return torch.mm(h, weight)
-    return torch.mm(h, weight.to(h.dtype))

@@ -1,6 +1,7 @@
 """A rank's shard of a partitioned graph: its rows of A (the in-edges of its own nodes), cut
 from the whole graph or given by a loader, and the local bipartite graph they make once the
-remote sources are numbered after the own nodes."""
+remote sources are numbered after the own nodes (GCN splits it by source,
+``aggregation.SplitRows``)."""
 
 from __future__ import annotations
 
@@ -81,18 +82,3 @@ def local_graph(
         None if weight is None else weight.to(device),
     )
     return graph, halo_ids
-
-
-def split_by_source(graph: Graph, num_own: int) -> tuple[Graph, Graph, Tensor]:
-    """(own part, halo part, mask) of a local graph: the edges from own sources (a graph on
-    num_own sources) and from halo sources (sources renumbered from 0), both on every
-    destination, and the bool [E] in edge-id order telling which edges are the own part's.
-    Each part's edge ids follow the local graph's edge order; no weights are kept."""
-    src, dst = graph.edge_index
-    own = src < num_own
-    n_src, n_dst = graph.node_counts
-    own_part = Graph.from_edge_index(torch.stack([src[own], dst[own]]), (num_own, n_dst))
-    halo_part = Graph.from_edge_index(
-        torch.stack([src[~own] - num_own, dst[~own]]), (n_src - num_own, n_dst)
-    )
-    return own_part, halo_part, own

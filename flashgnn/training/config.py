@@ -9,7 +9,8 @@ A config has five sections and two top-level keys::
     model: {name: gcn, ...}      # build_model's name and keyword arguments
     train: {epochs, lr, weight_decay, patience, precision, seed, device, devices, eval_every,
             progress, cuda_graph, batch_size, fanouts}
-    distributed: {partition, overlap, timeout_s, time_exchanges}  # train.devices > 1 runs
+    distributed: {partition, overlap, timeout_s, time_exchanges, features, exchange_columns,
+                  partition_one_process}  # full-graph runs on a partition
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
 """
 
@@ -61,12 +62,21 @@ DEFAULTS = {
     # multi-process runs: how full-graph training splits the nodes into one part per rank
     # ("contiguous" id ranges, "degree"-balanced ranges, or "metis" through pymetis), whether
     # the halo exchange overlaps the local part of each aggregation, and the seconds a
-    # collective waits for its peers before the run fails (null: 300 on CUDA, 60 on the CPU)
+    # collective waits for its peers before the run fails (null: 300 on CUDA, 60 on the CPU).
+    # features: where a rank keeps its nodes' features, "device", "host" (registered host
+    # memory, streamed through GCN's first projection every step) or "auto" (host where they
+    # exceed FEATURES_DEVICE_MEMORY of the GPU); exchange_columns: the columns of one block of
+    # GCN's halo exchange (null: as many as fit aggregation.EXCHANGE_MEMORY of the GPU);
+    # partition_one_process: train.devices=1 trains on a one-part partition (the multi-process
+    # code with no peers, a strong-scaling curve's first point) instead of the whole graph
     "distributed": {
         "partition": "contiguous",
         "overlap": True,
         "timeout_s": None,
         "time_exchanges": False,
+        "features": "auto",
+        "exchange_columns": None,
+        "partition_one_process": False,
     },
     "output": {"root": "runs", "dir": None},
 }
@@ -285,6 +295,25 @@ def resolve_config(config: dict) -> dict:
         "distributed.time_exchanges",
         "true or false",
         d["time_exchanges"],
+    )
+    _require(
+        d["features"] in ("auto", "device", "host"),
+        "distributed.features",
+        "auto, device or host",
+        d["features"],
+    )
+    _require(
+        d["exchange_columns"] is None
+        or (_is_int(d["exchange_columns"]) and d["exchange_columns"] >= 1),
+        "distributed.exchange_columns",
+        "an integer >= 1, or null",
+        d["exchange_columns"],
+    )
+    _require(
+        isinstance(d["partition_one_process"], bool),
+        "distributed.partition_one_process",
+        "true or false",
+        d["partition_one_process"],
     )
     _require(
         d["timeout_s"] is None or (_is_finite(d["timeout_s"]) and d["timeout_s"] > 0),

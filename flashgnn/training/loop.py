@@ -233,7 +233,8 @@ def train_step(
     it, see ``_loss``) and, unless DDP reduces them, ``reduce_gradients(model)``, which sums
     the gradients across ranks before the optimizer step."""
     optimizer.zero_grad(set_to_none=True)
-    with precision_scope(precision, x.device):
+    # the labels are on the run's device; a partition's features may stay in host memory
+    with precision_scope(precision, y_index.device):
         logits = model(graph, x)
         loss = _loss(
             logits if index is None else logits.index_select(0, index),
@@ -361,7 +362,9 @@ def train(
     cfg = resolve_config(config)
     place = from_environment()
     spawning = place is None and cfg["train"]["devices"] > 1
-    if not dist.is_initialized() and (spawning or (place is not None and place.world > 1)):
+    if not dist.is_initialized() and (
+        spawning or (place is not None and place.world > 1) or _one_part(cfg)
+    ):
         run_dir = Path(resume) if resume is not None else new_run_dir(cfg)
         return run_ranks(
             train,
@@ -374,6 +377,15 @@ def train(
             load_seconds=load_seconds,
         )
     return _train_rank(cfg, resume, overwrite, dataset, load_seconds)
+
+
+def _one_part(cfg: dict) -> bool:
+    """Whether a one-process run trains on a one-part partition (a process group of one)."""
+    return (
+        cfg["distributed"]["partition_one_process"]
+        and cfg["train"]["devices"] == 1
+        and cfg["train"]["batch_size"] is None
+    )
 
 
 def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> dict | None:
@@ -418,7 +430,8 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     seed_everything(t["seed"])
 
     minibatch = t["batch_size"] is not None
-    if ranks.world > 1 and not minibatch:
+    partitioned = not minibatch and (ranks.world > 1 or _one_part(cfg))
+    if partitioned:
         data = run_data.partitioned(cfg, ranks, dataset, load_seconds)
     else:
         data = run_data.whole_graph(cfg, ranks, dataset, load_seconds)
@@ -426,6 +439,7 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     cuda_graph = (
         ranks.world == 1
         and not minibatch
+        and not partitioned
         and use_cuda_graph(t["cuda_graph"], device, graph.num_edges)
     )
 
@@ -615,7 +629,7 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
         "flashgnn": __version__,
         "config": cfg,
     }
-    if ranks.world > 1:
+    if ranks.world > 1 or partitioned:
         summary["distributed"] = _distributed_report(cfg, per_rank, minibatch)
     write_atomically(run_dir / SUMMARY, json.dumps(summary, indent=2).encode(), "summary")
     return summary
@@ -645,6 +659,9 @@ def _rank_report(ranks: Ranks, data, net, peak_gpu_mb: float | None) -> dict:
         report["step_bytes_lower_bound"] = report["step_bytes_received"]
         if getattr(net, "time_exchanges", False):
             report["exchanges_timed"] = net.exchange_ms()
+        estimate = getattr(net, "memory_estimate", None)
+        if callable(estimate) and (bytes_ := estimate()) is not None:
+            report["peak_estimate_mb"] = bytes_["peak"] / 2**20
     return report
 
 

@@ -14,6 +14,7 @@ rank's own rows only, so that no rank ever holds the whole graph.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,18 +58,33 @@ class RunData:
 
 
 FINITE_CHECK_ELEMENTS = 1 << 26
+HALF_TYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _checked_features(
-    x: torch.Tensor, name: str, device: torch.device, keep: torch.dtype | None = None
+    x: torch.Tensor,
+    name: str,
+    device: torch.device,
+    keep: torch.dtype | None = None,
+    on_host: bool = False,
 ) -> torch.Tensor:
-    """``x`` on ``device`` as float32 (as ``keep`` when it is stored as that type), checked
-    finite."""
-    x = x.to(device=device, dtype=keep if x.dtype == keep else torch.float32)
-    # by blocks of rows: a mask of the whole of IGB's features, and the int64 its sum makes,
-    # would take more memory than the features
+    """``x`` on ``device`` as float32 (as ``keep`` when it is stored as that type), or, with
+    ``on_host``, where and as it is, checked finite. By blocks of rows: a whole-size mask,
+    the int64 its sum makes, or a cast's temporary would take more memory than the features
+    (features in host memory are checked on ``device``, a block at a time)."""
     rows = max(1, FINITE_CHECK_ELEMENTS // max(x[0].numel() if x.shape[0] else 1, 1))
-    bad = sum(int((~torch.isfinite(block)).sum()) for block in x.split(rows))
+    if not on_host:
+        dtype = keep if x.dtype == keep else torch.float32
+        if x.device != device or x.dtype != dtype:
+            moved = torch.empty(x.shape, dtype=dtype, device=device)
+            for first in range(0, x.shape[0], rows):
+                moved[first : first + rows] = x[first : first + rows].to(device)
+            x = moved
+    bad = torch.zeros((), dtype=torch.int64, device=device)
+    for first in range(0, x.shape[0], rows):
+        block = x[first : first + rows].to(device, non_blocking=True)
+        bad += (~torch.isfinite(block)).sum()
+    bad = int(bad)
     if bad:
         raise ValueError(f"dataset {name!r}: the features hold {bad} NaN or infinite values")
     return x
@@ -122,7 +138,10 @@ def whole_graph(
     k = block_width(cfg["train"]["precision"])
     reordered, reordering, reorder_seconds = _reordered(cfg, dataset, device)
     graph = prepare_graph(reordered.graph, cfg["self_loops"], device, k)
-    x = _checked_features(reordered.x, cfg["dataset"]["name"], device)
+    # features stored in the run's half type stay in it on CUDA, where autocast and the SpMM
+    # round them to it anyway: in float32 they would take twice the memory, and a cast copy
+    half = HALF_TYPES.get(cfg["train"]["precision"]) if device.type == "cuda" else None
+    x = _checked_features(reordered.x, cfg["dataset"]["name"], device, half)
     y = reordered.y.to(device)
     masks = [getattr(reordered, f"{s}_mask").to(device) for s in SPLITS]
     _sync(device)
@@ -169,7 +188,31 @@ def whole_graph(
     )
 
 
-def _generated_partition(cfg: dict, ranks: Ranks, k: int, tic: float):
+def _workers(ranks: Ranks) -> int:
+    """Threads a rank generates rows with: its share of the host's cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // ranks.world)
+
+
+def _features_out(cfg: dict, ranks: Ranks):
+    """What a generated graph writes its features into: registered host memory where they
+    stay on the host (``distributed.features``), else a new array (None)."""
+    from ..distributed.full_graph import features_on_host
+    from ..distributed.projection import host_buffer
+
+    placement, device = cfg["distributed"]["features"], ranks.device
+
+    def allocate(shape: tuple[int, int]):
+        if device.type != "cuda" or not features_on_host(
+            placement, 2 * shape[0] * shape[1], device
+        ):
+            return None
+        return host_buffer(shape, torch.float16, device).numpy()
+
+    return allocate
+
+
+def _generated_partition(cfg: dict, ranks: Ranks, k: int | None, tic: float):
     """(partition, info, load seconds, the clock when the partition's build began) of a
     generated IGB-like graph split by a method other
     than contiguous ranges: every rank generates the whole structure (no features), computes
@@ -182,13 +225,17 @@ def _generated_partition(cfg: dict, ranks: Ranks, k: int, tic: float):
             f"dataset {section['name']!r} is read rank by rank, which needs "
             f"distributed.partition=contiguous, got {d['partition']!r}"
         )
-    graph, size, indptr, indices = local_rows.generated_igb_structure(section)
+    workers = _workers(ranks)
+    graph, size, indptr, indices = local_rows.generated_igb_structure(section, workers)
     structure = Graph.from_csr(torch.from_numpy(indptr), torch.from_numpy(indices), graph.n)
+    del indptr, indices
     part = partition_nodes(structure, ranks.world, d["partition"], device=ranks.device)
     del structure
     new_of_old, old_of_new, part_ptr = renumbering(part, ranks.world)
     lo, hi = int(part_ptr[ranks.rank]), int(part_ptr[ranks.rank + 1])
-    rows = local_rows.generated_igb_nodes(size, graph, old_of_new[lo:hi].numpy())
+    rows = local_rows.generated_igb_nodes(
+        size, graph, old_of_new[lo:hi].numpy(), workers, _features_out(cfg, ranks)
+    )
     built_at = time.perf_counter()
     load_seconds = built_at - tic
     built = FullGraphPartition.from_local_rows(
@@ -203,6 +250,8 @@ def _generated_partition(cfg: dict, ranks: Ranks, k: int, tic: float):
         k=k,
         new_of_old=new_of_old,
         old_of_new=old_of_new,
+        features=d["features"],
+        graph_on_host=k is None,
     )
     return built, rows.info, load_seconds, built_at
 
@@ -215,7 +264,9 @@ def partitioned(
     from ..distributed import FullGraphPartition
 
     device, d = ranks.device, cfg["distributed"]
-    k = block_width(cfg["train"]["precision"])
+    # GCN builds the matrices it runs on from the local graph itself (distributed.model),
+    # which then waits on the host
+    k = None if cfg["model"]["name"] == "gcn" else block_width(cfg["train"]["precision"])
     section = cfg["dataset"]
     sliced = dataset is None and local_rows.supports(section["name"])
     if sliced and cfg["graph"]["reorder"] != "none":
@@ -231,7 +282,9 @@ def partitioned(
         if sliced and d["partition"] != "contiguous":
             part, info, load_seconds, tic = _generated_partition(cfg, ranks, k, tic)
         elif sliced:
-            rows = local_rows.load(section, ranks.rank, ranks.world)
+            rows = local_rows.load(
+                section, ranks.rank, ranks.world, _workers(ranks), _features_out(cfg, ranks)
+            )
             load_seconds = time.perf_counter() - tic
             tic = time.perf_counter()
             n = rows.info.num_nodes
@@ -248,7 +301,10 @@ def partitioned(
                 self_loops=cfg["self_loops"],
                 device=device,
                 k=k,
+                features=d["features"],
+                graph_on_host=k is None,
             )
+            rows.x = None  # the partition holds the features now
             info = rows.info
         else:
             dataset, load_seconds = _load(cfg, dataset, load_seconds)
@@ -260,12 +316,15 @@ def partitioned(
                 self_loops=cfg["self_loops"],
                 device=device,
                 k=k,
+                features=d["features"],
+                graph_on_host=k is None,
             )
             info = local_rows.DatasetInfo.of(dataset)
     # a partition's features stay in the run's half type on CUDA, where autocast casts them
     # anyway: IGB-large's 1024 features of a quarter of its nodes fill a GPU in float32
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg["train"]["precision"])
-    x = _checked_features(part.x, section["name"], device, half if device.type == "cuda" else None)
+    half = HALF_TYPES.get(cfg["train"]["precision"]) if device.type == "cuda" else None
+    x = _checked_features(part.x, section["name"], device, half, part.features_on_host)
+    part.x = x  # the model knows the features by identity (their halo is exchanged once)
     masks = [m.to(device) for m in part.masks]
     y = part.y.to(device)
     _sync(device)
@@ -290,7 +349,10 @@ def partitioned(
         graph_seconds,
         scores,
         wrap=lambda model: part.wrap(
-            model, overlap=d["overlap"], time_exchanges=d["time_exchanges"]
+            model,
+            overlap=d["overlap"],
+            time_exchanges=d["time_exchanges"],
+            exchange_columns=d["exchange_columns"],
         ),
         partition=part,
         reorder_seconds=reorder_seconds,

@@ -53,6 +53,9 @@ def test_a_row_reads_the_busiest_rank_and_the_efficiency_the_one_process_time():
     rows = bench.with_efficiency([one, two])
     assert rows[0].efficiency == pytest.approx(1.0)
     assert rows[1].efficiency == pytest.approx(0.1 / (2 * 0.06))
+    other = bench.row_from_summary("d", 2, {"epoch_time_s": 0.06, "epoch_time_median_s": 0.05})
+    assert other.epoch_ms == pytest.approx(50.0)  # the median, where the summary has it
+    assert bench.with_efficiency([one, other])[1].efficiency is None  # no one-process "d"
 
 
 def test_runs_one_and_two_cpu_processes(tmp_path):
@@ -70,3 +73,23 @@ def test_runs_one_and_two_cpu_processes(tmp_path):
     assert float(rows[0]["efficiency"]) == pytest.approx(1.0)
     stamp = json.loads((tmp_path / "scaling.csv.json").read_text())
     assert stamp["config"].endswith("gcn-synthetic-small.yaml") and "cpu" in stamp
+    assert [(r["partition"], r["overlap"], r["features"]) for r in rows] == [
+        ("", "", ""),
+        ("contiguous", "off", "device"),
+    ]
+    assert float(rows[1]["peak_estimate_mb"]) > 0 and float(rows[1]["load_s"]) >= 0
+    # another partition at 2 processes, added to the table: its efficiency is the same
+    # config's one-process time over its own
+    more = cmd[:-1] + [str(out), "--append"]
+    more[more.index("1,2")] = "2"
+    more += ["--set", "distributed.partition=degree"]
+    done = subprocess.run(more, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["devices"], r["partition"]) for r in rows] == [
+        ("1", ""),
+        ("2", "contiguous"),
+        ("2", "degree"),
+    ]
+    expected = float(rows[0]["epoch_ms"]) / (2 * float(rows[2]["epoch_ms"]))
+    assert float(rows[2]["efficiency"]) == pytest.approx(expected, rel=1e-6)

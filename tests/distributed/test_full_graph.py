@@ -7,6 +7,8 @@ partition's counts; GCN with and without overlap."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -118,22 +120,60 @@ def make_model(name: str, dataset: Dataset, **kw):
 
 # ---------------------------------------------------------------------------- worker tasks
 def train_step_task(
-    rank, world, data, model_name, method, overlap, model_kw, device="cpu", precision="fp32"
+    rank,
+    world,
+    data,
+    model_name,
+    method,
+    overlap,
+    model_kw,
+    device="cpu",
+    precision="fp32",
+    options=None,
 ):
     """One forward and backward on the partition in ``precision`` (on "cpu", or "cuda": rank
     r on cuda:r): (gathered logits, global loss, summed gradients, the exchanges) on rank 0,
-    None elsewhere."""
+    None elsewhere. ``options``: "features" (where the partition keeps them),
+    "exchange_columns", and "block_bytes" (the bytes of a block of rows of the epilogue and
+    of the host features' copies)."""
+    options = options or {}
+    with block_bytes(options.get("block_bytes")):
+        return _train_step(
+            rank, data, model_name, method, overlap, model_kw, device, precision, options
+        )
+
+
+@contextlib.contextmanager
+def block_bytes(size: int | None):
+    """The epilogue's row blocks and the host features' copies at ``size`` bytes meanwhile."""
+    from flashgnn.distributed import epilogue, projection
+
+    kept = epilogue.ROW_BLOCK_BYTES, projection.HOST_BLOCK_BYTES
+    if size is not None:
+        epilogue.ROW_BLOCK_BYTES = projection.HOST_BLOCK_BYTES = size
+    try:
+        yield
+    finally:
+        epilogue.ROW_BLOCK_BYTES, projection.HOST_BLOCK_BYTES = kept
+
+
+def _train_step(rank, data, model_name, method, overlap, model_kw, device, precision, options):
     dataset = load(data)
     device = torch.device("cuda", rank) if device == "cuda" else torch.device(device)
     part = FullGraphPartition.build(
-        dataset, method=method, device=device, k=8, x_dtype=torch.float32
+        dataset,
+        method=method,
+        device=device,
+        k=8,
+        x_dtype=torch.float32,
+        features=options.get("features", "device"),
     )
     model = make_model(model_name, dataset, **model_kw).to(device)
     if rank != 0:  # the wrap broadcasts rank 0's parameters
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
-    wrapped = part.wrap(model, overlap=overlap)
+    wrapped = part.wrap(model, overlap=overlap, exchange_columns=options.get("exchange_columns"))
     with precision_scope(precision, device):
         logits = wrapped(part.graph, part.x).float()
         train = part.masks[0]
@@ -147,7 +187,8 @@ def train_step_task(
     if rank != 0:
         return None
     grads = {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}
-    return full.cpu().numpy(), float(total), grads, wrapped.exchanges
+    exchanges = [{k: v for k, v in e.items() if k != "clocks"} for e in wrapped.exchanges]
+    return full.cpu().numpy(), float(total), grads, exchanges
 
 
 def halo_task(rank, world, data, method):
@@ -292,6 +333,63 @@ def test_gcn_three_layers_wider_than_input(group):
     result = group.run(train_step_task, "directed", "gcn", "contiguous", True, kw)[0]
     reference = single_process("directed", "gcn", **kw)
     check_against_single_process(result, reference, "directed", "gcn", **kw)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("data", ["directed", "cora"])
+def test_gcn_exchange_in_blocks_of_columns(group, data, overlap):
+    """The halo rows travel 5 columns at a time (the layers' 16 columns in 4 blocks, the
+    last narrower) through blocks of 7 rows: the single-process logits and gradients."""
+    need(data)
+    options = {"exchange_columns": 5, "block_bytes": 7 * 4 * 16}
+    kw = {"num_layers": 3}
+    result = group.run(
+        train_step_task, data, "gcn", "contiguous", overlap, kw, "cpu", "fp32", options
+    )
+    check_against_single_process(result[0], single_process(data, "gcn", **kw), data, "gcn", **kw)
+
+
+@pytest.mark.parametrize("data", ["cora", "citeseer"])
+def test_gcn_features_streamed_from_host_memory(group, data):
+    """Features kept in host memory (streamed through the first projection in blocks of 3
+    rows; their halo rows are never kept, so the first layer exchanges X W) give the
+    single-process run, as the features on the device do."""
+    need(data)
+    options = {"features": "host", "block_bytes": 3 * 4 * load(data).num_features}
+    streamed = group.run(
+        train_step_task, data, "gcn", "contiguous", True, {}, "cpu", "fp32", options
+    )
+    on_device = group.run(train_step_task, data, "gcn", "contiguous", True, {})
+    check_against_single_process(streamed[0], single_process(data, "gcn"), data, "gcn")
+    assert [e["cached"] for e in streamed[0][3]] == [False, False]
+    assert [e["cached"] for e in on_device[0][3]] == [True, False]
+    assert max_rel(streamed[0][0], on_device[0][0]) <= TOL
+
+
+def host_features_refused_task(rank, world):
+    dataset = directed()
+    part = FullGraphPartition.build(dataset, device="cpu", k=None, features="host")
+    messages = []
+    for name, kw in (("gat", {}), ("gcn", {})):  # 12 features -> 16: the GCN does not narrow
+        try:
+            part.wrap(make_model(name, dataset, **kw))
+        except ValueError as e:
+            messages.append(str(e))
+    model = make_model("gcn", dataset, hidden_feats=8, input_dropout=0.5)
+    wrapped = part.wrap(model)
+    try:
+        wrapped(part.graph, part.x)
+    except ValueError as e:
+        messages.append(str(e))
+    return part.features_on_host, messages
+
+
+def test_host_features_serve_gcn_without_input_dropout(group):
+    for on_host, messages in group.run(host_features_refused_task):
+        assert on_host
+        assert "features kept in host memory feed GCN's first projection only" in messages[0]
+        assert "for this GAT" in messages[0] and "for this GCN" in messages[1]
+        assert "input_dropout needs the features on the device" in messages[2]
 
 
 def test_halo_and_exchange_lists_against_scipy(group):

@@ -1,8 +1,9 @@
 """Full-graph training on 2 GPUs over NCCL against the single-process run on one GPU: GCN (with
-and without overlap), AGNN and GAT, fp32 within 1e-5 and the tensor-core precisions within
-their tolerances (the two runs add in different orders): logits by max error, the gradients
-of all parameters together by norm (a cancelling scalar such as AGNN's beta has no
-meaningful relative error in half precision)."""
+and without overlap, with its features streamed from host memory and its exchange in blocks of
+columns), AGNN and GAT, fp32 within 1e-5 and the tensor-core precisions within their
+tolerances (the two runs add in different orders): logits by max error, the gradients of all
+parameters together by norm (a cancelling scalar such as AGNN's beta has no meaningful
+relative error in half precision)."""
 
 from __future__ import annotations
 
@@ -65,5 +66,34 @@ def test_low_precision_matches_single_process(nccl_group, model_name, precision)
     # from fp32: the bound is the precision's own error on these gradients (bf16's is several
     # of its 2^-8 steps through two layers), and at least the kernels' tolerance
     fp32_grads = single_process("cora", model_name, device="cuda", precision="fp32")[2]
+    fp32_flat = torch.cat([g.flatten() for g in fp32_grads.values()])
+    assert rel_err(flat, ref_flat) <= max(tol, 2 * rel_err(ref_flat, fp32_flat))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gcn_host_features_and_blocked_exchange_match_single_process(nccl_group, precision):
+    """Features in registered host memory, streamed to the GPU on a copy stream in blocks of
+    64 KiB, and the halo exchanged 8 columns at a time: the single-process run on one GPU."""
+    need("cora")
+    options = {"features": "host", "exchange_columns": 8, "block_bytes": 1 << 16}
+    result = nccl_group.run(
+        train_step_task, "cora", "gcn", "contiguous", True, {}, "cuda", precision, options
+    )[0]
+    assert [e["cached"] for e in result[3]] == [False, False]
+    if precision == "fp32":
+        check_against_single_process(
+            result, single_process("cora", "gcn", device="cuda"), "cora", "gcn"
+        )
+        return
+    logits, loss, grads, _ = result
+    ref_logits, ref_loss, ref_grads = single_process(
+        "cora", "gcn", device="cuda", precision=precision
+    )
+    tol = TOLERANCES[precision]
+    assert max_rel(logits, ref_logits) <= tol
+    assert abs(loss - ref_loss) <= tol * abs(ref_loss)
+    flat = torch.cat([torch.as_tensor(grads[name]).flatten() for name in ref_grads])
+    ref_flat = torch.cat([g.flatten() for g in ref_grads.values()])
+    fp32_grads = single_process("cora", "gcn", device="cuda", precision="fp32")[2]
     fp32_flat = torch.cat([g.flatten() for g in fp32_grads.values()])
     assert rel_err(flat, ref_flat) <= max(tol, 2 * rel_err(ref_flat, fp32_flat))

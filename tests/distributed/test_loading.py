@@ -48,6 +48,34 @@ def test_generated_rows_are_deterministic_and_independent_of_the_rank_count(smal
             assert torch.equal(torch.cat([getattr(p, key) for p in parts]), getattr(whole, key))
 
 
+def test_generated_rows_on_several_threads_and_into_a_given_array(small_blocks):
+    """Blocks built on 3 threads give the rows built one after the other; the features go
+    into the array ``features_out`` gives (None: a new one)."""
+    (whole,) = rows_of(1, **SMALL)
+    given = []
+
+    def allocate(shape):
+        given.append(np.full(shape, np.nan, dtype=np.float16))
+        return given[-1]
+
+    threaded = local_rows.generated_igb_rows(
+        "medium", 1, 2, workers=3, features_out=allocate, **SMALL
+    )
+    lo, hi = local_rows.own_range(1000, 1, 2)
+    start, end = int(whole.indptr[lo]), int(whole.indptr[hi])
+    assert torch.equal(threaded.indices, whole.indices[start:end])
+    assert torch.equal(threaded.x, whole.x[lo:hi]) and torch.equal(threaded.y, whole.y[lo:hi])
+    assert np.shares_memory(threaded.x.numpy(), given[0])
+    declined = local_rows.generated_igb_rows(
+        "medium", 1, 2, workers=2, features_out=lambda shape: None, **SMALL
+    )
+    assert torch.equal(declined.x, threaded.x)
+    with pytest.raises(ValueError, match="features_out gave"):
+        local_rows.generated_igb_rows(
+            "medium", 0, 2, features_out=lambda shape: np.zeros(shape, np.float32), **SMALL
+        )
+
+
 def test_generated_graph_is_canonical_power_law_and_labelled(small_blocks):
     (whole,) = rows_of(1, **SMALL)
     indptr, indices = whole.indptr, whole.indices

@@ -1,6 +1,7 @@
 """A rank's shard without processes: its rows cut from the whole graph, self-loops added to
-rows as ``Graph.add_self_loops`` adds them to the graph, the local graph and its split by
-source, and GCN's normalisation with the whole graph's out-degrees."""
+rows as ``Graph.add_self_loops`` adds them to the graph, the local graph and GCN's split of
+it by source (``SplitRows``: the whole graph's normalised values, and the transposes), and
+GCN's normalisation with the whole graph's out-degrees."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import torch
 
 from flashgnn import Graph
 from flashgnn.distributed import partition_nodes, renumbering
+from flashgnn.distributed.aggregation import SplitRows
 from flashgnn.distributed.shard import (
     add_row_self_loops,
     local_graph,
     rows_of_part,
-    split_by_source,
 )
 from flashgnn.ops.gcn_norm import gcn_norm_factor
 
@@ -73,12 +74,38 @@ def test_local_graph_numbers_the_halo_after_the_own_nodes():
     expected = dense(graph)[lo:hi][:, sources]
     assert torch.equal(dense(local), expected)
 
-    own_part, halo_part, own = split_by_source(local, 10)
-    assert torch.equal(dense(own_part), (expected[:, :10] != 0).double())
-    assert torch.equal(dense(halo_part), (expected[:, 10:] != 0).double())
-    assert int(own.sum()) == own_part.num_edges
-    src, _ = local.edge_index
-    assert torch.equal(own, src < 10)
+
+def as_dense(rows) -> torch.Tensor:
+    """A SparseRows as a dense float64 matrix (its product with the identity, in fp32)."""
+    eye = torch.eye(rows.n_cols, dtype=torch.float64)
+    return rows.times(eye, "fp32", False)
+
+
+@pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
+def test_split_rows_hold_the_whole_graphs_normalised_values(norm):
+    graph = weighted_graph(30, 150, seed=4).add_self_loops()
+    identity = torch.arange(30)
+    lo, hi = 10, 20
+    indptr, indices, weight = rows_of_part(graph, identity, identity, lo, hi)
+    local, halo = local_graph(indptr, indices, weight, lo, hi, "cpu")
+    sources = torch.cat([torch.arange(lo, hi), halo])
+    a = dense(graph)
+    d_in = (a != 0).sum(1).double()
+    d_out = (a != 0).sum(0).double()
+    factor = {
+        "both": (d_in[:, None] * d_out[None, :]).rsqrt(),
+        "left": 1 / d_out[None, :].expand(30, 30),
+        "right": 1 / d_in[:, None].expand(30, 30),
+        "none": torch.ones(30, 30, dtype=torch.float64),
+    }[norm]
+    expected = (a * factor)[lo:hi][:, sources]
+    rows = SplitRows.build(local, 10, graph.out_degrees()[sources], norm, 8)
+    assert rows.own.n_rows == rows.halo.n_rows == 10
+    assert (rows.own.n_cols, rows.halo.n_cols) == (10, halo.numel())
+    assert torch.allclose(as_dense(rows.own), expected[:, :10], rtol=1e-6, atol=0)
+    assert torch.allclose(as_dense(rows.halo), expected[:, 10:], rtol=1e-6, atol=0)
+    assert torch.equal(as_dense(rows.own_t), as_dense(rows.own).t())
+    assert torch.equal(as_dense(rows.halo_t), as_dense(rows.halo).t())
 
 
 def test_gcn_norm_factor_with_the_whole_graphs_out_degrees():

@@ -79,6 +79,31 @@ def test_a_generated_graph_read_rank_by_rank_follows_the_one_process_run(tmp_pat
         assert ranks[0]["edge_cut"] < 0.5 * ranks[0]["num_edges"]
 
 
+def test_a_one_part_partition_follows_the_whole_graph_run(tmp_path):
+    """distributed.partition_one_process: one process (a group of one) trains on a one-part
+    partition, with the features on the device or streamed from host memory, as the
+    single-process trainer trains on the whole graph."""
+    whole = train(config(tmp_path / "whole", 1, 4))
+    for features in ("device", "host"):
+        cfg = config(tmp_path / features, 1, 4)
+        cfg["distributed"] = {"partition_one_process": True, "features": features}
+        run = train(cfg)
+        assert close(losses(tmp_path / "whole"), losses(tmp_path / features)), features
+        assert abs(run["test"] - whole["test"]) <= 1e-9
+        (rank,) = run["distributed"]["ranks"]
+        assert rank["num_own"] == 500 and rank["num_halo"] == 0
+    assert "distributed" not in whole
+    # the generated graph, read by the one rank as a partition
+    dataset = {"name": "generated-igb-medium", "num_nodes": 1500, "num_edges": 12000}
+    dataset |= {"num_features": 32}
+    for name, one in (("generated-whole", False), ("generated-part", True)):
+        cfg = config(tmp_path / name, 1, 3)
+        cfg["dataset"] = dataset
+        cfg["distributed"] = {"partition_one_process": one}
+        train(cfg)
+    assert close(losses(tmp_path / "generated-whole"), losses(tmp_path / "generated-part"))
+
+
 @pytest.mark.parametrize(
     "keys",
     [{}, {"batch_size": 100, "fanouts": [-1, -1]}],

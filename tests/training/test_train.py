@@ -326,6 +326,10 @@ def test_cli_compare_writes_tables(tmp_path, capsys):
             {"train": {"batch_size": 64, "fanouts": [5], "cuda_graph": True}},
             "train.cuda_graph.*mini-batch",
         ),
+        ({"distributed": {"features": "gpu"}}, "distributed.features.*auto, device or host"),
+        ({"distributed": {"exchange_columns": 0}}, "distributed.exchange_columns"),
+        ({"distributed": {"exchange_columns": 8.0}}, "distributed.exchange_columns"),
+        ({"distributed": {"partition_one_process": "yes"}}, "distributed.partition_one_process"),
     ],
 )
 def test_bad_config_names_the_key(config, message):
