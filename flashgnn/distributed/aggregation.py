@@ -166,7 +166,8 @@ class Exchanges:
 
     def wait(self, pending) -> Tensor:
         halo, work, _, clock = pending
-        work.wait()
+        if work is not None:
+            work.wait()
         if clock is not None:
             self.clocks.append(clock.stop())
         return halo
@@ -273,7 +274,8 @@ class _Aggregate(torch.autograd.Function):
             del g
             if back is not None:
                 received, work, _ = back
-                work.wait()
+                if work is not None:
+                    work.wait()
                 plan.add_to_owners(total, received.to(total.dtype))
                 del received, back
             (d_own if whole else d_own[:, block[0] : block[1]]).copy_(total)
