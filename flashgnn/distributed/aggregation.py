@@ -166,7 +166,8 @@ class Exchanges:
 
     def wait(self, pending) -> Tensor:
         halo, work, _, clock = pending
-        work.wait()
+        if work is not None:
+            work.wait()
         if clock is not None:
             self.clocks.append(clock.stop())
         return halo
@@ -214,19 +215,21 @@ class _Aggregate(torch.autograd.Function):
         whole = len(blocks) == 1
         wide = h_own.dtype != torch.float64  # sums in fp32 (float64 stays)
         out = h_own if in_place else torch.empty_like(h_own)
-        pending = exchanges.start(_columns(h_own, blocks[0])) if plan else None
+        pending = None
         for j, block in enumerate(blocks):
+            if plan is not None and pending is None:
+                pending = exchanges.start(_columns(h_own, block))
             x = _take(h_own, block, whole)
             halo = None
             if pending is not None and not exchanges.overlap:
+                # one exchange at a time, nothing beside it: each is timed alone
                 halo, pending = exchanges.wait(pending), None
             total = rows.own.times(x, precision, wide)
             del x
             if plan is not None:
                 if pending is not None:
-                    halo = exchanges.wait(pending)
-                pending = None
-                if j + 1 < len(blocks):
+                    halo, pending = exchanges.wait(pending), None
+                if j + 1 < len(blocks) and exchanges.overlap:
                     pending = exchanges.start(_columns(h_own, blocks[j + 1]))
             else:
                 halo = None if h_halo is None else _take(h_halo, block, whole)
@@ -273,7 +276,8 @@ class _Aggregate(torch.autograd.Function):
             del g
             if back is not None:
                 received, work, _ = back
-                work.wait()
+                if work is not None:
+                    work.wait()
                 plan.add_to_owners(total, received.to(total.dtype))
                 del received, back
             (d_own if whole else d_own[:, block[0] : block[1]]).copy_(total)

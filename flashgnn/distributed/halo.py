@@ -49,6 +49,9 @@ class HaloPlan:
         [world + 1], the parts' boundaries. One all-to-all of counts and one of ids."""
         world = group_size(group)
         device = halo_ids.device
+        if world == 1:  # a group of one: nothing is exchanged (no collective either)
+            lo, hi = int(part_ptr[rank]), int(part_ptr[rank + 1])
+            return cls(halo_ids.new_empty(0), [0], [0], hi - lo, group)
         ptr = part_ptr.to(device)
         owners = torch.searchsorted(ptr, halo_ids, right=True) - 1
         recv = torch.bincount(owners, minlength=world)
@@ -72,6 +75,8 @@ class HaloPlan:
         self._check_rows(x_own, self.num_own, "x_own")
         buffer = x_own.index_select(0, self.send_index)
         halo = x_own.new_empty((self.num_halo, *x_own.shape[1:]))
+        if len(self.send_counts) == 1:  # no peer
+            return halo, None, buffer
         work = dist.all_to_all_single(
             halo, buffer, self.recv_counts, self.send_counts, group=self.group, async_op=async_op
         )
@@ -83,6 +88,8 @@ class HaloPlan:
         self._check_rows(halo, self.num_halo, "halo")
         halo = halo.contiguous()
         received = halo.new_empty((self.send_index.numel(), *halo.shape[1:]))
+        if len(self.send_counts) == 1:  # no peer
+            return received, None, halo
         work = dist.all_to_all_single(
             received, halo, self.send_counts, self.recv_counts, group=self.group, async_op=async_op
         )
