@@ -134,7 +134,10 @@ class SplitRows:
 
 def block_columns(width: int, plan, num_own: int, itemsize: int, device, columns) -> int:
     """Columns of one exchanged block: ``columns`` when given, else the most (a multiple of
-    8, or all) whose buffers fit EXCHANGE_MEMORY of the GPU (all on the CPU)."""
+    8, or all) whose buffers fit EXCHANGE_MEMORY of the GPU (all on the CPU, and all where
+    nothing travels: ``plan`` None)."""
+    if plan is None:
+        return width
     if columns is not None:
         return max(1, min(int(columns), width))
     if device.type != "cuda":
@@ -209,8 +212,6 @@ class _Aggregate(torch.autograd.Function):
         num_own, width = h_own.shape
         itemsize = h_own.element_size()
         columns = block_columns(width, plan, num_own, itemsize, h_own.device, exchanges.columns)
-        if plan is None:
-            columns = width  # nothing travels: no buffer to bound
         blocks = _blocks(width, columns)
         whole = len(blocks) == 1
         wide = h_own.dtype != torch.float64  # sums in fp32 (float64 stays)
