@@ -5,9 +5,10 @@ compute-sanitizer (a script, not a pytest module):
     compute-sanitizer --tool racecheck python tests/cuda/sparse_linear_sanitizer_case.py
     compute-sanitizer --tool initcheck python tests/cuda/sparse_linear_sanitizer_case.py
 
-Every token tile (16, 32, 64 tokens a block), V = 2, 4, 8, fp16 and bf16, with tails
-everywhere: tokens, input features (several chunks and a partial one) and outputs (a short
-last strip, more than one 64-strip group) not multiples of anything; one layer forward and
+Every token tile of the chunk kernel (16, 32, 64 tokens a block) and every shape of the window
+kernel (at 32-row chunks, so that the ring of chunk slots wraps), V = 2, 4, 8, fp16 and bf16,
+with tails everywhere: tokens, input features (several chunks and a partial one) and outputs (a
+short last strip, more than one strip group) not multiples of anything; one layer forward and
 backward through SparseLinear.
 """
 
@@ -17,7 +18,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from flashgnn._cuda.sparse_linear import TOKEN_TILES, sparse_linear_cuda  # noqa: E402
+from flashgnn._cuda.sparse_linear import (  # noqa: E402
+    TOKEN_TILES,
+    WINDOW_SHAPES,
+    Variant,
+    sparse_linear_cuda,
+)
 from flashgnn.nn import SparseLinear  # noqa: E402
 
 
@@ -28,7 +34,10 @@ def main() -> None:
         for precision in ("fp16", "bf16"):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
                 x = torch.randn(45, n_in, device="cuda", dtype=dtype)
-                for mt in TOKEN_TILES:
+                variants = [Variant("chunk", mt) for mt in TOKEN_TILES] + [
+                    Variant("window", shape=shape, list_vectors=1) for shape in WINDOW_SHAPES
+                ]
+                for variant in variants:
                     sparse_linear_cuda(
                         x,
                         layer.values.detach(),
@@ -38,7 +47,7 @@ def main() -> None:
                         n_out,
                         vector,
                         precision,
-                        token_tiles=mt,
+                        variant=variant,
                     )
     layer = SparseLinear(200, 90, sparsity=0.9, vector=8, precision="fp16").cuda()
     x = torch.randn(1100, 200, device="cuda", requires_grad=True)  # the kernel's token count
