@@ -11,8 +11,11 @@ the transpose or cast of x and the per-call fragment gather included, median ove
 calls), and of the forward kernel alone in one more profiled call. Columns: x cuBLAS = the
 dense time over the variant's; TFLOP/s = 2 tokens nnz(W) / time (useful work); for window
 variants the chunk rows U, the fill (vectors / k16 slots) and the mean bank wavefronts of an
-8-row ldmatrix phase the plan implies (1 = conflict-free). The end: the best variant per
-configuration and the FORWARD_RULE rows that would choose it.
+8-row ldmatrix phase the plan implies (1 = conflict-free). Then dX = dY W of the backward at
+V = 8, fp16, each sparsity: "cvse-spmm", the backward's path today (W's values moved into W^T's
+CVSE, flashgnn.ops.spmm on it), and the forward's kernels on W^T's pattern (``through``, what
+ops/sparse_linear.py's DX_KERNEL switches on), beside cuBLAS's dense dY W. The end: the best
+variant per configuration and the FORWARD_RULE rows that would choose it.
 
     PYTHONPATH=$PWD python benchmarks/sparse_linear_sweep.py [--quick] [--variants a,b]
         [--sparsities 0.9,0.95] [--csv out.csv]
@@ -30,6 +33,8 @@ from torch.profiler import ProfilerActivity, profile
 from flashgnn._cuda import sparse_linear as sl
 from flashgnn.benchmarking.timing import ProfilerTimer, device_time_ms
 from flashgnn.nn import SparseLinear
+from flashgnn.ops import spmm
+from flashgnn.ops.sparse_linear import weight_formats
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 BOUND = {"fp16": 2e-3, "bf16": 1e-2}
@@ -59,6 +64,8 @@ VARIANTS = [
 QUICK = ["chunk", "w4x8x8-v16", "w4x8x8-v16-fill", "w4x8x8-xt-v16", "w2x16x8-v16", "w8x4x8-v16"]
 # V = 2, 4 and bf16 run these (or those of --variants among them)
 SIDE = ["chunk", "w4x8x8-v16", "w4x8x8-xt-v16", "w2x16x8-v16"]
+# dX runs these on W^T's pattern (or those of --variants among them)
+DX = ["chunk", "w4x8x8-v16", "w4x8x8-xt-v16", "w2x16x8-v16", "w8x4x8-v16"]
 
 
 def parse_args(argv):
@@ -71,6 +78,7 @@ def parse_args(argv):
     p.add_argument("--variants", default="", help="comma list of variant names (default: all)")
     p.add_argument("--quick", action="store_true", help="0.9 and 0.95, a few variants, no V 2/4")
     p.add_argument("--no-side", action="store_true", help="skip V = 2, 4 and bf16")
+    p.add_argument("--no-dx", action="store_true", help="skip dX = dY W")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -79,12 +87,14 @@ def parse_args(argv):
 
 
 def main_kernel_ms(fn) -> float:
-    """Device time of the forward kernel alone (sparse_linear_forward or _window) in one call."""
+    """Device time of the product's kernel alone (the sparse linear kernels, or the SpMM's) in
+    one call."""
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    events = [e for e in prof.events() if "sparse_linear_forward" in e.name or "_window" in e.name]
+    names = ("sparse_linear_forward", "sparse_linear_window", "spmm")
+    events = [e for e in prof.events() if any(n in e.name for n in names)]
     return device_time_ms(events)
 
 
@@ -180,6 +190,82 @@ def run_config(args, rows, variants, vector, sparsity, precision, x, timer):
         print_row(row)
 
 
+def run_dx(args, rows, variants, sparsity, timer):
+    """dX = dY W at V = 8, fp16: the backward's CVSE SpMM and the kernels on W^T's pattern."""
+    device = torch.device("cuda")
+    torch.manual_seed(args.seed)
+    n_in, n_out = args.in_features, args.out_features
+    layer = SparseLinear(
+        n_in,
+        n_out,
+        sparsity=sparsity,
+        vector=8,
+        precision="fp16",
+        device=device,
+        dtype=torch.float16,
+    )
+    w = layer.weight.detach()
+    grad = torch.randn(args.tokens, n_out, device=device, dtype=torch.float16)
+    ref = grad.double() @ w.double()
+    dense = timer(lambda: torch.matmul(grad, w)).ms
+    values = layer.values.detach()
+    f = weight_formats(layer.row_ptr, layer.col_idx, layer.vec_mask, n_out, n_in, 8)
+    useful = 2 * args.tokens * int((w != 0).sum())
+    rows.append(
+        dict(
+            variant="cublas",
+            V=8,
+            sparsity=sparsity,
+            dtype="dX-fp16",
+            us=dense * 1e3,
+            main_us=dense * 1e3,
+            speedup=1.0,
+            tflops=useful / (dense * 1e9),
+            err=0.0,
+            ok=True,
+        )
+    )
+    print_row(rows[-1])
+
+    def cvse():
+        moved = torch.cat([values, values.new_zeros(1)])[f.t_index]
+        return spmm(f.wt, grad.t(), "fp16", values=moved).t()
+
+    calls = [("cvse-spmm", cvse)] + [
+        (
+            v.name,
+            lambda v=v: sl.sparse_linear_cuda(
+                grad,
+                values,
+                None,
+                f.wt.row_ptr,
+                f.wt.col_idx,
+                n_in,
+                8,
+                "fp16",
+                variant=v,
+                through=f.t_index,
+            ),
+        )
+        for v in variants
+    ]
+    for name, call in calls:
+        row = dict(variant=name, V=8, sparsity=sparsity, dtype="dX-fp16")
+        try:
+            m = timer(call)
+            row["us"] = m.ms * 1e3
+            row["main_us"] = main_kernel_ms(call) * 1e3
+            row["speedup"] = dense / m.ms
+            row["tflops"] = useful / (m.ms * 1e9)
+            row["err"] = rel_err(m.result, ref)
+            row["ok"] = bool(torch.isfinite(m.result).all()) and row["err"] <= BOUND["fp16"]
+        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+            row["ok"] = False
+            row["error"] = f"{type(e).__name__}: {e}"[:200]
+        rows.append(row)
+        print_row(row)
+
+
 def print_row(r):
     if "error" in r:
         print(
@@ -235,6 +321,10 @@ def main(argv=None) -> int:
         for v in vectors:
             run_config(args, rows, side, v, args.side_sparsity, precision, x, timer)
         del x
+    if not args.no_dx:
+        dx = [by_name[n] for n in DX if n in names]
+        for s in sparsities:
+            run_dx(args, rows, dx, s, timer)
     summary(rows)
     if args.csv:
         import csv
@@ -255,12 +345,13 @@ def summary(rows):
     for dtype, v, s in configs:
         mine = [r for r in rows if (r["dtype"], r["V"], r["sparsity"]) == (dtype, v, s)]
         ok = [r for r in mine if r["ok"] and r["variant"] != "cublas"]
-        base = next((r for r in mine if r["variant"] == "chunk" and r["ok"]), None)
+        today = "cvse-spmm" if dtype.startswith("dX") else "chunk"
+        base = next((r for r in mine if r["variant"] == today and r["ok"]), None)
         if not ok:
             print(f"  {dtype} V={v} s={s}: no variant passed")
             continue
         best = min(ok, key=lambda r: r["us"])
-        gain = f", x{base['us'] / best['us']:.2f} over chunk" if base else ""
+        gain = f", x{base['us'] / best['us']:.2f} over {today}" if base else ""
         print(
             f"  {dtype} V={v} s={s}: {best['variant']} {best['us']:.1f} us, "
             f"x{best['speedup']:.2f} cuBLAS, {best['tflops']:.1f} TFLOP/s{gain}"

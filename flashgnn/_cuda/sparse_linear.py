@@ -471,26 +471,48 @@ def window_plan_for(
     return _cached(row_ptr, col_idx, key, build)
 
 
-def window_records(plan: WindowPlan, values: torch.Tensor, storage: torch.dtype) -> torch.Tensor:
-    """The step records of ``plan`` for W's ``values`` (any float type, rounded to ``storage``):
-    int16 [steps, 144], 16 row codes then the B fragments, built once per values tensor and
-    version."""
+def pattern_values(
+    frag_index: torch.Tensor,
+    values: torch.Tensor,
+    storage: torch.dtype,
+    through: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``values`` (any float type) rounded to ``storage`` at the slots ``frag_index`` names (the
+    pattern's slot count: a zero). ``through``: int64 [the pattern's slots], the slot of
+    ``values`` each pattern slot holds (``values``' size: a zero), for a pattern whose values
+    are moved from another's (W^T's from W's, for dX)."""
+    padded = torch.cat([values.detach().to(storage), values.new_zeros(1, dtype=storage)])
+    if through is not None:
+        moved = torch.cat([through, through.new_full((1,), values.numel())])
+        frag_index = moved.index_select(0, frag_index)
+    return padded.index_select(0, frag_index)
+
+
+def window_records(
+    plan: WindowPlan,
+    values: torch.Tensor,
+    storage: torch.dtype,
+    through: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The step records of ``plan`` for the ``values`` (``pattern_values``): int16 [steps,
+    144], 16 row codes then the B fragments, built once per values tensor and version (and
+    ``through`` tensor)."""
     hit = plan.records.get(values)
     if hit is None:
         hit = plan.records.set(values, {})
-    records = hit.get(storage)
+    key = (storage, None if through is None else id(through))
+    records = hit.get(key)
     if records is None:
 
         def build():
-            padded = torch.cat([values.detach().to(storage), values.new_zeros(1, dtype=storage)])
-            frags = padded.index_select(0, plan.frag_index).view(torch.int16)
-            return torch.cat([plan.rows, frags.view(-1, 128)], 1).contiguous()
+            frags = pattern_values(plan.frag_index, values, storage, through)
+            return torch.cat([plan.rows, frags.view(torch.int16).view(-1, 128)], 1).contiguous()
 
-        records = hit[storage] = built_for_reuse(build)
+        records = hit[key] = built_for_reuse(build)
     return records
 
 
-def _check(x, values, bias, row_ptr, col_idx, n_out: int, vector: int, precision: str):
+def _check(x, values, bias, row_ptr, col_idx, n_out: int, vector: int, precision: str, through):
     if precision not in KERNEL_PRECISIONS:
         raise ValueError(
             f"sparse_linear: the kernel computes fp16 and bf16, got precision {precision!r}"
@@ -509,14 +531,22 @@ def _check(x, values, bias, row_ptr, col_idx, n_out: int, vector: int, precision
             f"sparse_linear: row_ptr must have {n_strips + 1} entries for {n_out} outputs in "
             f"strips of {vector}, got {tuple(row_ptr.shape)}"
         )
-    if values.shape != (vector * col_idx.numel(),) or not values.is_floating_point():
+    slots = vector * col_idx.numel()
+    if through is None and (values.shape != (slots,) or not values.is_floating_point()):
         raise ValueError(
-            f"sparse_linear: values must be float [{vector * col_idx.numel()}], got "
-            f"{values.dtype} {tuple(values.shape)}"
+            f"sparse_linear: values must be float [{slots}], got {values.dtype} "
+            f"{tuple(values.shape)}"
+        )
+    if through is not None and (
+        through.shape != (slots,) or through.dtype != torch.int64 or values.dim() != 1
+    ):
+        raise ValueError(
+            f"sparse_linear: through must be int64 [{slots}] over 1-D values, got "
+            f"{through.dtype} {tuple(through.shape)} and values {tuple(values.shape)}"
         )
     if bias is not None and (bias.shape != (n_out,) or not bias.is_floating_point()):
         raise ValueError(f"sparse_linear: bias must be float [{n_out}], got {tuple(bias.shape)}")
-    tensors = [x, values, row_ptr, col_idx] + ([] if bias is None else [bias])
+    tensors = [x, values, row_ptr, col_idx] + [t for t in (bias, through) if t is not None]
     if any(t.device.type != "cuda" or t.device != x.device for t in tensors):
         raise ValueError("sparse_linear: every tensor must be on one CUDA device")
     groups = -(-n_strips // BLOCK_STRIPS)
@@ -535,14 +565,16 @@ def sparse_linear_cuda(
     precision: str,
     token_tiles: int | None = None,
     variant: Variant | None = None,
+    through: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """y = x W^T + b on tensor cores, fp32 accumulation. W [n_out, in]: CVSE pattern row_ptr
     int32 [ceil(n_out / V) + 1], col_idx int32 [n_vectors], values [V * n_vectors] (any float
     type, rounded to the precision); x [T, in] float16, bfloat16 or float32 (rounded to the
     precision); bias [n_out] or None. Returns [T, n_out] in x's dtype. ``variant`` chooses the
     kernel (default: ``choose_variant``); ``token_tiles`` (1, 2 or 4) runs the chunk kernel
-    with that token tile."""
-    _check(x, values, bias, row_ptr, col_idx, n_out, vector, precision)
+    with that token tile. ``through`` (``pattern_values``): values are another pattern's, moved
+    into this one's slots by it (dX = dY W on W^T's pattern with W's values)."""
+    _check(x, values, bias, row_ptr, col_idx, n_out, vector, precision, through)
     n_tokens, n_in = x.shape
     y = torch.empty(n_tokens, n_out, dtype=x.dtype, device=x.device)
     if n_tokens == 0 or n_out == 0:
@@ -555,7 +587,7 @@ def sparse_linear_cuda(
         )
     b = None if bias is None else operand(bias.detach(), torch.float32)
     if variant.kernel == "window":
-        _window_forward(x, values, b, row_ptr, col_idx, y, vector, precision, variant)
+        _window_forward(x, values, b, row_ptr, col_idx, y, vector, precision, variant, through)
         return y
     if variant.kernel != "chunk":
         raise ValueError(
@@ -567,8 +599,7 @@ def sparse_linear_cuda(
     plan = plan_for(row_ptr, col_idx, n_in, vector, mt)
     storage = STORAGE[precision]
     xt, tokens_pad = _transposed(x, precision)
-    padded = torch.cat([values.detach().to(storage), values.new_zeros(1, dtype=storage)])
-    frags = padded[plan.frag_index]
+    frags = pattern_values(plan.frag_index, values, storage, through)
     launch(
         SOURCE,
         _forward_name(precision, mt, x.dtype),
@@ -624,7 +655,7 @@ def window_shared_limit(shape: WindowShape, device: torch.device) -> int:
     return min(per_block, per_sm // shape.blocks_per_sm - 1024)
 
 
-def _window_forward(x, values, b, row_ptr, col_idx, y, vector: int, precision: str, variant):
+def _window_forward(x, values, b, row_ptr, col_idx, y, vector, precision, variant, through):
     shape = variant.shape
     if shape not in WINDOW_SHAPES:
         raise ValueError(f"sparse_linear: {shape} is not an instantiated window shape")
@@ -637,7 +668,7 @@ def _window_forward(x, values, b, row_ptr, col_idx, y, vector: int, precision: s
     blocks = plan.n_groups * -(-n_tokens // shape.tokens)
     if blocks >= 2**31:
         raise ValueError("sparse_linear: the layer is too large for the kernel's grid")
-    records = window_records(plan, values, storage)
+    records = window_records(plan, values, storage, through)
     if shape.direct:
         xs, stride = operand(x, storage), n_in
         aligned = n_in % 2 == 0 and xs.data_ptr() % 4 == 0

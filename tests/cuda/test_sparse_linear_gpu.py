@@ -16,7 +16,13 @@ import torch.nn.functional as F
 from flashgnn._cuda import sparse_linear as launcher
 from flashgnn._cuda.sparse_linear import TOKEN_TILES, WINDOW_SHAPES, Variant, sparse_linear_cuda
 from flashgnn.nn import SparseLinear
-from flashgnn.ops.sparse_linear import KERNEL_MIN_TOKENS, sparse_linear, uses_kernel
+from flashgnn.ops import sparse_linear as op_module
+from flashgnn.ops.sparse_linear import (
+    KERNEL_MIN_TOKENS,
+    sparse_linear,
+    uses_kernel,
+    weight_formats,
+)
 from tests.helpers import GPU, rel_err
 from tests.ops.gpu_op_checks import EMULATION_BOUND, bound, run_twice_poisoned
 
@@ -137,11 +143,48 @@ def test_window_kernel_follows_in_place_weight_updates():
     assert rel_err(second, -0.5 * first) <= 2e-3
 
 
+@pytest.mark.parametrize(
+    "variant", [launcher.CHUNK, WINDOW_VARIANTS[0], WINDOW_VARIANTS[1]], ids=lambda v: v.name
+)
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "n_tokens, n_in, n_out, vector, sparsity",
+    [(1000, 300, 37, 8, 0.9), (2049, 1030, 515, 4, 0.7), (333, 513, 131, 2, 0.8)],
+)
+def test_dx_on_the_transposed_pattern(n_tokens, n_in, n_out, vector, sparsity, precision, variant):
+    """dX = dY W by the kernels on W^T's CVSE (strips of V input features), W's values moved in
+    through t_index, against float64."""
+    layer = _layer(n_in, n_out, vector, sparsity).cuda()
+    f = weight_formats(layer.row_ptr, layer.col_idx, layer.vec_mask, n_out, n_in, vector)
+    grad = torch.randn(n_tokens, n_out, device="cuda")
+    outs = run_twice_poisoned(
+        lambda: sparse_linear_cuda(
+            grad,
+            layer.values.detach(),
+            None,
+            f.wt.row_ptr,
+            f.wt.col_idx,
+            n_in,
+            vector,
+            precision,
+            variant=variant,
+            through=f.t_index,
+        ),
+        grad.device,
+    )
+    ref = grad.double().cpu() @ layer.weight.detach().double().cpu()
+    for dx in outs:
+        assert dx.shape == (n_tokens, n_in)
+        assert rel_err(dx, ref) <= bound(precision, torch.float32)
+
+
+@pytest.mark.parametrize("dx_kernel", [False, True])
 @pytest.mark.parametrize("rule", [launcher.CHUNK, WINDOW_VARIANTS[0]], ids=lambda v: v.name)
 @pytest.mark.parametrize("vector", [2, 4, 8])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_layer_forward_backward_on_the_kernel_path(vector, precision, rule, monkeypatch):
+def test_layer_forward_backward_on_the_kernel_path(vector, precision, rule, dx_kernel, monkeypatch):
     monkeypatch.setattr(launcher, "FORWARD_RULE", ((1.0, 0, rule),))
+    monkeypatch.setattr(op_module, "DX_KERNEL", dx_kernel)
     layer = _layer(257, 130, vector, 0.9, seed=vector)
     layer.precision = precision
     n_tokens = KERNEL_MIN_TOKENS + 37
