@@ -79,6 +79,7 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="0.9 and 0.95, a few variants, no V 2/4")
     p.add_argument("--no-side", action="store_true", help="skip V = 2, 4 and bf16")
     p.add_argument("--no-dx", action="store_true", help="skip dX = dY W")
+    p.add_argument("--budget-s", type=float, default=170.0, help="start no job after this")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -122,6 +123,40 @@ def plan_stats(layer: SparseLinear, variant: sl.Variant, n_in: int, device) -> d
     }
 
 
+def measure(row, call, timer, dense_ms, useful, ref, bound):
+    """Time ``call`` into ``row`` and check its result against ``ref``; an error is recorded."""
+    try:
+        m = timer(call)
+        row["us"] = m.ms * 1e3
+        row["main_us"] = main_kernel_ms(call) * 1e3
+        row["speedup"] = dense_ms / m.ms
+        row["tflops"] = useful / (m.ms * 1e9)
+        row["err"] = rel_err(m.result, ref)
+        row["ok"] = bool(torch.isfinite(m.result).all()) and row["err"] <= bound
+    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+        row["ok"] = False
+        row["error"] = f"{type(e).__name__}: {e}"[:200]
+    return row
+
+
+def dense_row(rows, vector, sparsity, dtype, dense_ms, useful):
+    rows.append(
+        dict(
+            variant="cublas",
+            V=vector,
+            sparsity=sparsity,
+            dtype=dtype,
+            us=dense_ms * 1e3,
+            main_us=dense_ms * 1e3,
+            speedup=1.0,
+            tflops=useful / (dense_ms * 1e9),
+            err=0.0,
+            ok=True,
+        )
+    )
+    print_row(rows[-1])
+
+
 def run_config(args, rows, variants, vector, sparsity, precision, x, timer):
     device = x.device
     dtype = DTYPES[precision]
@@ -142,21 +177,7 @@ def run_config(args, rows, variants, vector, sparsity, precision, x, timer):
     values = layer.values.detach()
     bias = layer.bias.detach()
     useful = 2 * args.tokens * nnz
-    rows.append(
-        dict(
-            variant="cublas",
-            V=vector,
-            sparsity=sparsity,
-            dtype=precision,
-            us=dense * 1e3,
-            main_us=dense * 1e3,
-            speedup=1.0,
-            tflops=useful / (dense * 1e9),
-            err=0.0,
-            ok=True,
-        )
-    )
-    print_row(rows[-1])
+    dense_row(rows, vector, sparsity, precision, dense, useful)
     for variant in variants:
         row = dict(variant=variant.name, V=vector, sparsity=sparsity, dtype=precision)
 
@@ -173,19 +194,9 @@ def run_config(args, rows, variants, vector, sparsity, precision, x, timer):
                 variant=variant,
             )
 
-        try:
-            m = timer(call)
-            row["us"] = m.ms * 1e3
-            row["main_us"] = main_kernel_ms(call) * 1e3
-            row["speedup"] = dense / m.ms
-            row["tflops"] = useful / (m.ms * 1e9)
-            row["err"] = rel_err(m.result, ref)
-            row["ok"] = bool(torch.isfinite(m.result).all()) and row["err"] <= BOUND[precision]
-            if variant.kernel == "window":
-                row.update(plan_stats(layer, variant, args.in_features, device))
-        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-            row["ok"] = False
-            row["error"] = f"{type(e).__name__}: {e}"[:200]
+        measure(row, call, timer, dense, useful, ref, BOUND[precision])
+        if variant.kernel == "window" and "error" not in row:
+            row.update(plan_stats(layer, variant, args.in_features, device))
         rows.append(row)
         print_row(row)
 
@@ -211,21 +222,7 @@ def run_dx(args, rows, variants, sparsity, timer):
     values = layer.values.detach()
     f = weight_formats(layer.row_ptr, layer.col_idx, layer.vec_mask, n_out, n_in, 8)
     useful = 2 * args.tokens * int((w != 0).sum())
-    rows.append(
-        dict(
-            variant="cublas",
-            V=8,
-            sparsity=sparsity,
-            dtype="dX-fp16",
-            us=dense * 1e3,
-            main_us=dense * 1e3,
-            speedup=1.0,
-            tflops=useful / (dense * 1e9),
-            err=0.0,
-            ok=True,
-        )
-    )
-    print_row(rows[-1])
+    dense_row(rows, 8, sparsity, "dX-fp16", dense, useful)
 
     def cvse():
         moved = torch.cat([values, values.new_zeros(1)])[f.t_index]
@@ -251,18 +248,7 @@ def run_dx(args, rows, variants, sparsity, timer):
     ]
     for name, call in calls:
         row = dict(variant=name, V=8, sparsity=sparsity, dtype="dX-fp16")
-        try:
-            m = timer(call)
-            row["us"] = m.ms * 1e3
-            row["main_us"] = main_kernel_ms(call) * 1e3
-            row["speedup"] = dense / m.ms
-            row["tflops"] = useful / (m.ms * 1e9)
-            row["err"] = rel_err(m.result, ref)
-            row["ok"] = bool(torch.isfinite(m.result).all()) and row["err"] <= BOUND["fp16"]
-        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-            row["ok"] = False
-            row["error"] = f"{type(e).__name__}: {e}"[:200]
-        rows.append(row)
+        rows.append(measure(row, call, timer, dense, useful, ref, BOUND["fp16"]))
         print_row(row)
 
 
@@ -307,24 +293,24 @@ def main(argv=None) -> int:
     )
     timer = ProfilerTimer(device, args.warmup, args.iters)
     gen = torch.Generator(device).manual_seed(args.seed)
-    rows: list[dict] = []
-    for precision in ("fp16", "bf16"):
-        x = torch.randn(
-            args.tokens, args.in_features, device=device, dtype=DTYPES[precision], generator=gen
-        )
-        if precision == "fp16":
-            for s in sparsities:
-                run_config(args, rows, variants, 8, s, "fp16", x, timer)
-        if args.quick or args.no_side:
-            break
-        vectors = (2, 4) if precision == "fp16" else (8,)
-        for v in vectors:
-            run_config(args, rows, side, v, args.side_sparsity, precision, x, timer)
-        del x
-    if not args.no_dx:
+    xs = {
+        p: torch.randn(args.tokens, args.in_features, device=device, dtype=DTYPES[p], generator=gen)
+        for p in ("fp16", "bf16")
+    }
+    # by importance, so that a run cut short by --budget-s still answers the bar
+    jobs = [(run_config, (variants, 8, s, "fp16", xs["fp16"])) for s in sparsities]
+    if not args.quick and not args.no_dx:
         dx = [by_name[n] for n in DX if n in names]
-        for s in sparsities:
-            run_dx(args, rows, dx, s, timer)
+        jobs += [(run_dx, (dx, s)) for s in sparsities]
+    if not args.quick and not args.no_side:
+        jobs += [(run_config, (side, v, args.side_sparsity, "fp16", xs["fp16"])) for v in (2, 4)]
+        jobs += [(run_config, (side, 8, args.side_sparsity, "bf16", xs["bf16"]))]
+    rows: list[dict] = []
+    for job, job_args in jobs:
+        if time.perf_counter() - start > args.budget_s:
+            print(f"budget of {args.budget_s:.0f} s spent: {job.__name__}{job_args[1:3]} skipped")
+            continue
+        job(args, rows, *job_args, timer)
     summary(rows)
     if args.csv:
         import csv

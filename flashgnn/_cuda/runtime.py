@@ -112,10 +112,13 @@ def allow_shared_memory(src: KernelSource, name: str, device: torch.device, nbyt
     k = kernel(src, name, index)
     handle = k.handle if hasattr(k, "handle") else k._handle
     attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    if isinstance(handle, driver.CUkernel):
-        (err,) = driver.cuKernelSetAttribute(attribute, nbytes, handle, driver.CUdevice(index))
-    else:
-        (err,) = driver.cuFuncSetAttribute(driver.CUfunction(int(handle)), attribute, nbytes)
+    if isinstance(handle, driver.CUfunction):  # a module's function (older cuda.core)
+        (err,) = driver.cuFuncSetAttribute(handle, attribute, nbytes)
+    else:  # a library's kernel
+        kernel_handle = driver.CUkernel(int(handle))
+        (err,) = driver.cuKernelSetAttribute(
+            attribute, nbytes, kernel_handle, driver.CUdevice(index)
+        )
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"flashgnn: {name} cannot take {nbytes} bytes of shared memory: {err!r}")
     _SHARED_ALLOWED[key] = nbytes
