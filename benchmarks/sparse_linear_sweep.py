@@ -54,12 +54,9 @@ VARIANTS = [
     window("w4x8x8", 8),
     window("w4x8x8", 32),
     window("w4x8x8-xt"),
-    window("w2x8x8"),
     window("w2x16x8"),
     window("w8x4x8"),
     window("w4x4x8b2"),
-    window("w4x8x4b2"),
-    window("w2x8x8b2-xt"),
 ]
 QUICK = ["chunk", "w4x8x8-v16", "w4x8x8-v16-fill", "w4x8x8-xt-v16", "w2x16x8-v16", "w8x4x8-v16"]
 # V = 2, 4 and bf16 run these (or those of --variants among them)

@@ -284,13 +284,32 @@ __device__ __forceinline__ void st_shared_u32(u32 address, u32 v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(v) : "memory");
 }
 
-// Features f and f + 1 of a token's row as one word (zero past n_in); `aligned`: the row and
-// f are 4-byte aligned.
-__device__ __forceinline__ u32 feature_pair(const u16* __restrict__ row, int f, int n_in, bool aligned) {
-    if (aligned && f + 1 < n_in) return __ldg(reinterpret_cast<const u32*>(row + f));
-    const u32 lo = f < n_in ? row[f] : 0u;
-    const u32 hi = f + 1 < n_in ? row[f + 1] : 0u;
-    return lo | hi << 16;
+// A lane's four words of a unit: features f + 8 i and f + 8 i + 1 of a token's row (i = 0..3,
+// zero past n_in), one 4-byte load each where the row and f are 4-byte aligned (`aligned`)
+// and all eight features lie before n_in; else a feature at a time, out of line (the rare
+// path: a misaligned x or the last chunk).
+__device__ __noinline__ uint4 feature_words_checked(const u16* __restrict__ row, int f, int n_in) {
+    u32 w[4];
+    for (int i = 0; i < 4; ++i) {
+        const int e = f + 8 * i;
+        const u32 lo = e < n_in ? row[e] : 0u;
+        const u32 hi = e + 1 < n_in ? row[e + 1] : 0u;
+        w[i] = lo | hi << 16;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void feature_words(u32 (&w)[4], const u16* __restrict__ row, int f, int n_in, bool aligned) {
+    if (aligned && f + 25 < n_in) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = __ldg(reinterpret_cast<const u32*>(row + f + 8 * i));
+    } else {
+        const uint4 v = feature_words_checked(row, f, n_in);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    }
 }
 
 // y[index] = v0 and, where `second`, y[index + 1] = v1, in out_type; `paired`: both in range
@@ -369,10 +388,12 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             const int u = warp + k * NW;
             const int token = m0 + 8 * (u % (L::M / 8)) + g;
             const int f = c * U + 32 * (u / (L::M / 8)) + 2 * t;
-            const bool in = u < n_units && token < n_tokens;
-            const u16* row = x + (i64)(in ? token : 0) * x_stride;
+            if (u < n_units && token < n_tokens) {
+                feature_words(held[k], x + (i64)token * x_stride, f, n_in, aligned);
+            } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) held[k][i] = in ? feature_pair(row, f + 8 * i, n_in, aligned) : 0u;
+                for (int i = 0; i < 4; ++i) held[k][i] = 0u;
+            }
         }
     };
     auto store_direct = [&](int c) {

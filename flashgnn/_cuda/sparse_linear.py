@@ -94,12 +94,9 @@ MAX_CHUNK_ROWS = 4096
 WINDOW_SHAPES = (
     WindowShape(4, 8, 8, 1, True),
     WindowShape(4, 8, 8, 1, False),
-    WindowShape(2, 8, 8, 1, True),
     WindowShape(2, 16, 8, 1, True),
     WindowShape(8, 4, 8, 1, True),
     WindowShape(4, 4, 8, 2, True),
-    WindowShape(4, 8, 4, 2, True),
-    WindowShape(2, 8, 8, 2, False),
 )
 _OUT_TYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
 
