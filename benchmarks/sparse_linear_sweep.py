@@ -54,6 +54,7 @@ VARIANTS = [
     window("w4x8x8", 8),
     window("w4x8x8", 32),
     window("w4x8x8-xt"),
+    window("w4x8x8-xt", 32),  # DIRECT holds at most 256 rows: larger chunks only here
     window("w2x16x8"),
     window("w8x4x8"),
     window("w4x4x8b2"),
