@@ -498,15 +498,15 @@ def window_records(
     if hit is None:
         hit = plan.records.set(values, {})
     key = (storage, None if through is None else id(through))
-    records = hit.get(key)
-    if records is None:
+    entry = hit.get(key)
+    if entry is None or entry[0] is not through:  # the id of a freed tensor may come back
 
         def build():
             frags = pattern_values(plan.frag_index, values, storage, through)
             return torch.cat([plan.rows, frags.view(torch.int16).view(-1, 128)], 1).contiguous()
 
-        records = hit[key] = built_for_reuse(build)
-    return records
+        entry = hit[key] = (through, built_for_reuse(build))
+    return entry[1]
 
 
 def _check(x, values, bias, row_ptr, col_idx, n_out: int, vector: int, precision: str, through):
