@@ -170,6 +170,22 @@ def test_window_records_are_built_once_per_values_version():
     assert torch.equal(again[:, 16:].reshape(-1).view(torch.float16), 2 * padded[plan.frag_index])
 
 
+def test_window_records_move_values_through_an_index():
+    """W^T's records from W's values: slot k of W^T's pattern holds values[through[k]] (a zero
+    where through names W's slot count)."""
+    layer = SparseLinear(64, 40, sparsity=0.6, vector=8)
+    plan = launcher.build_window_plan(layer.row_ptr, layer.col_idx, 64, 8, SHAPES[0], 32)
+    values = torch.randn(500)
+    slots = layer.values.numel()
+    through = torch.randint(0, 501, (slots,))
+    records = launcher.window_records(plan, values, torch.float16, through)
+    moved = torch.cat([values, torch.zeros(1)])[through]
+    expected = torch.cat([moved, torch.zeros(1)])[plan.frag_index.long()].half()
+    assert torch.equal(records[:, 16:].reshape(-1).view(torch.float16), expected)
+    assert launcher.window_records(plan, values, torch.float16, through) is records
+    assert launcher.window_records(plan, values, torch.float16, through.clone()) is not records
+
+
 def test_selection_rule():
     assert launcher.choose_variant(100, 10, 100, 5000) == launcher.CHUNK  # before the sweep
     window = launcher.Variant("window", shape=SHAPES[0])
