@@ -1,12 +1,14 @@
 """The sparse linear layer's product, y = x W^T + b with W [out, in] in CVSE (strips of V output
 rows, ``flashgnn.nn.SparseLinear``), as a torch.library custom op with its autograd.
 
-Forward: on CUDA for fp16/bf16 the kernel of kernels/sparse_linear.cu (X^T staged in chunks of
-input features, W's vectors gathered from them, Y written token-major with the bias); elsewhere
-Y^T = W X^T on the CVSE reference. Backward: dW = SDDMM(dY^T, X^T) on W's pattern and
-dX^T = W^T dY^T through W^T's own CVSE (strips of V input features, W's values moved into its
-slots), both through ``flashgnn.ops.sddmm`` / ``spmm``, so they run on whatever the CVSE
-format registers (its CUDA kernels where it has them); db = the column sums of dY.
+Forward: on CUDA for fp16/bf16 a kernel of kernels/sparse_linear.cu (rows of x staged in chunks
+of input features, W's vectors gathered from them, Y written token-major with the bias; which
+kernel: flashgnn/_cuda/sparse_linear.py's FORWARD_RULE); elsewhere Y^T = W X^T on the CVSE
+reference. Backward: dW = SDDMM(dY^T, X^T) on W's pattern and dX^T = W^T dY^T through W^T's own
+CVSE (strips of V input features, W's values moved into its slots), both through
+``flashgnn.ops.sddmm`` / ``spmm``, so they run on whatever the CVSE format registers (its CUDA
+kernels where it has them), or with DX_KERNEL dX by the forward's kernels on W^T's pattern; db =
+the column sums of dY.
 """
 
 from __future__ import annotations
