@@ -486,6 +486,24 @@ DECLARED["sparse_linear.cu"] = {
         ("n_out", "int"),
         ("vector", "int"),
     ),
+    "sparse_linear_window": KernelParams(
+        ("offs", "const int*"),
+        ("steps", "const uint4*"),
+        ("bias", "const float*"),
+        ("x", "const u16*"),
+        ("y", "void*"),
+        ("out_type", "int"),
+        ("n_groups", "int"),
+        ("n_chunks", "int"),
+        ("chunk_rows", "int"),
+        ("cap", "int"),
+        ("n_tokens", "int"),
+        ("x_stride", "int"),
+        ("n_in", "int"),
+        ("n_out", "int"),
+        ("vector", "int"),
+        ("aligned", "int"),
+    ),
 }
 
 # kernels/hbell.cu: HB-ELL's dense blocks (flashgnn/_cuda/hbell.py)

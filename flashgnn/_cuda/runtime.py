@@ -95,6 +95,46 @@ def kernel(src: KernelSource, name: str, index: int):
     return _module(src, index).get_kernel(name)
 
 
+DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory a kernel may take without opting in
+
+
+@functools.cache
+def shared_memory_limits(index: int) -> tuple[int, int]:
+    """(the most shared memory one block may opt into, the shared memory of one SM) of device
+    ``index``, in bytes."""
+    props = _device(index).properties
+    return props.max_shared_memory_per_block_optin, props.max_shared_memory_per_multiprocessor
+
+
+_SHARED_ALLOWED: dict[tuple, int] = {}
+
+
+def allow_shared_memory(src: KernelSource, name: str, device: torch.device, nbytes: int) -> None:
+    """Let ``name`` of ``src`` launch on ``device`` with ``nbytes`` of dynamic shared memory:
+    beyond DEFAULT_SHARED_BYTES a kernel must opt in (its attribute, set once per kernel,
+    device and larger size)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (src, name, index)
+    if nbytes <= _SHARED_ALLOWED.get(key, DEFAULT_SHARED_BYTES):
+        return
+    from cuda.bindings import driver
+
+    _kernel_on(src, name, index)  # the device checks, the kernel loaded
+    k = kernel(src, name, index)
+    handle = k.handle if hasattr(k, "handle") else k._handle
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if isinstance(handle, driver.CUfunction):  # a module's function (older cuda.core)
+        (err,) = driver.cuFuncSetAttribute(handle, attribute, nbytes)
+    else:  # a library's kernel
+        kernel_handle = driver.CUkernel(int(handle))
+        (err,) = driver.cuKernelSetAttribute(
+            attribute, nbytes, kernel_handle, driver.CUdevice(index)
+        )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"flashgnn: {name} cannot take {nbytes} bytes of shared memory: {err!r}")
+    _SHARED_ALLOWED[key] = nbytes
+
+
 def ptr(t: torch.Tensor) -> int:
     """A tensor's device address as a kernel argument."""
     return t.data_ptr()

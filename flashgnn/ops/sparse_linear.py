@@ -1,12 +1,14 @@
 """The sparse linear layer's product, y = x W^T + b with W [out, in] in CVSE (strips of V output
 rows, ``flashgnn.nn.SparseLinear``), as a torch.library custom op with its autograd.
 
-Forward: on CUDA for fp16/bf16 the kernel of kernels/sparse_linear.cu (X^T staged in chunks of
-input features, W's vectors gathered from them, Y written token-major with the bias); elsewhere
-Y^T = W X^T on the CVSE reference. Backward: dW = SDDMM(dY^T, X^T) on W's pattern and
-dX^T = W^T dY^T through W^T's own CVSE (strips of V input features, W's values moved into its
-slots), both through ``flashgnn.ops.sddmm`` / ``spmm``, so they run on whatever the CVSE
-format registers (its CUDA kernels where it has them); db = the column sums of dY.
+Forward: on CUDA for fp16/bf16 a kernel of kernels/sparse_linear.cu (rows of x staged in chunks
+of input features, W's vectors gathered from them, Y written token-major with the bias; which
+kernel: flashgnn/_cuda/sparse_linear.py's FORWARD_RULE); elsewhere Y^T = W X^T on the CVSE
+reference. Backward: dW = SDDMM(dY^T, X^T) on W's pattern and dX^T = W^T dY^T through W^T's own
+CVSE (strips of V input features, W's values moved into its slots), both through
+``flashgnn.ops.sddmm`` / ``spmm``, so they run on whatever the CVSE format registers (its CUDA
+kernels where it has them), or with DX_KERNEL dX by the forward's kernels on W^T's pattern; db =
+the column sums of dY.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from .reference import spmm_on_coords
 # block per 16 to 64 tokens and 64 strips, so fewer tokens leave most SMs without a block,
 # where the generic CVSE SpMM (tokens as its N) spreads W's strips over the GPU instead.
 KERNEL_MIN_TOKENS = 1024
+# Whether the backward computes dX = dY W by this module's kernel on W^T's pattern (strips of V
+# input features, W's values moved into its slots) where the forward runs the kernel, instead of
+# flashgnn.ops.spmm on W^T's CVSE; benchmarks/sparse_linear_sweep.py times both.
+DX_KERNEL = False
 
 
 class WeightFormats(NamedTuple):
@@ -95,14 +101,23 @@ def _sparse_linear(
     """The op's implementation: x [T, in] -> [T, n_out] in x's dtype. The kernel for CUDA
     inputs in fp16/bf16 (no float64), else the CVSE reference (x rounded to the precision, fp32
     accumulation, the bias added in fp32 before the result is cast)."""
-    if x.device.type == "cuda" and precision in KERNEL_PRECISIONS:
-        if torch.float64 not in (x.dtype, values.dtype):
-            return sparse_linear_cuda(x, values, bias, row_ptr, col_idx, n_out, vector, precision)
+    if _kernel_inputs(x, values, precision):
+        return sparse_linear_cuda(x, values, bias, row_ptr, col_idx, n_out, vector, precision)
     c = weight_format(row_ptr, col_idx, vec_mask, n_out, x.shape[1], vector).slot_coords()
     y = spmm_on_coords(c, values, x.t(), n_out, precision, out_fp32=x.dtype != torch.float64)
     if bias is not None:
         y = y + bias.to(y.dtype)[:, None]
     return y.t().to(x.dtype).contiguous()
+
+
+def _kernel_inputs(x: Tensor, values: Tensor, precision: str) -> bool:
+    """Whether the kernel computes x [T, in] times a weight of ``values``: CUDA, fp16/bf16, no
+    float64."""
+    return (
+        x.device.type == "cuda"
+        and precision in KERNEL_PRECISIONS
+        and torch.float64 not in (x.dtype, values.dtype)
+    )
 
 
 sparse_linear_op = torch.library.custom_op(
@@ -127,7 +142,21 @@ def _backward(ctx, grad):
     f = weight_formats(row_ptr, col_idx, vec_mask, ctx.n_out, x.shape[1], ctx.vector)
     grad_x = grad_values = grad_bias = None
     grad_t = grad.t()
-    if ctx.needs_input_grad[0]:
+    kernel_dx = DX_KERNEL and not torch.is_grad_enabled()  # not when recording (create_graph)
+    if ctx.needs_input_grad[0] and kernel_dx and _kernel_inputs(grad, values, ctx.precision):
+        wt = f.wt
+        grad_x = sparse_linear_cuda(
+            grad,
+            values,
+            None,
+            wt.row_ptr,
+            wt.col_idx,
+            wt.n_rows,
+            wt.vector,
+            ctx.precision,
+            through=f.t_index,
+        ).to(x.dtype)
+    elif ctx.needs_input_grad[0]:
         moved = torch.cat([values, values.new_zeros(1)])[f.t_index]
         grad_x = spmm(f.wt, grad_t, ctx.precision, values=moved).t().to(x.dtype)
     if ctx.needs_input_grad[1]:

@@ -23,7 +23,12 @@ from flashgnn import MEBCRS, ops  # noqa: E402
 from flashgnn._cuda import segments  # noqa: E402
 from flashgnn._cuda.gcoo import FEATURES, gcoo_spmm_cuda  # noqa: E402
 from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
-from flashgnn._cuda.sparse_linear import TOKEN_TILES, sparse_linear_cuda  # noqa: E402
+from flashgnn._cuda.sparse_linear import (  # noqa: E402
+    TOKEN_TILES,
+    WINDOW_SHAPES,
+    Variant,
+    sparse_linear_cuda,
+)
 from flashgnn._cuda.spmm import spmm_tensor_core  # noqa: E402
 from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
 from flashgnn.formats import CVSE, GCOO, HBELL, TCACSR  # noqa: E402
@@ -289,17 +294,21 @@ def tca_gcoo() -> None:
 
 
 def sparse_linear() -> None:
-    """kernels/sparse_linear.cu: every token tile (16, 32, 64 tokens a block), V = 2, 4, 8, fp16
-    and bf16, with tails everywhere: tokens, input features (several chunks and a partial one)
-    and outputs (a short last strip, more than one 64-strip group) not multiples of anything;
-    one layer forward and backward through SparseLinear."""
+    """kernels/sparse_linear.cu: every token tile of the chunk kernel (16, 32, 64 tokens a
+    block) and every shape of the window kernel, V = 2, 4, 8, fp16 and bf16, with tails
+    everywhere: tokens, input features (several chunks and a partial one) and outputs (a short
+    last strip, more than one strip group) not multiples of anything; one layer forward and
+    backward through SparseLinear."""
     torch.manual_seed(0)
+    variants = [Variant("chunk", mt) for mt in TOKEN_TILES] + [
+        Variant("window", shape=shape, list_vectors=1) for shape in WINDOW_SHAPES
+    ]
     for vector, n_in, n_out in ((8, 530, 517), (4, 300, 259), (2, 70, 131)):
         layer = SparseLinear(n_in, n_out, sparsity=0.8, vector=vector).cuda()
         for precision in ("fp16", "bf16"):
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
                 x = torch.randn(45, n_in, device="cuda", dtype=dtype)
-                for mt in TOKEN_TILES:
+                for variant in variants:
                     sparse_linear_cuda(
                         x,
                         layer.values.detach(),
@@ -309,7 +318,7 @@ def sparse_linear() -> None:
                         n_out,
                         vector,
                         precision,
-                        token_tiles=mt,
+                        variant=variant,
                     )
     layer = SparseLinear(200, 90, sparsity=0.9, vector=8, precision="fp16").cuda()
     x = torch.randn(1100, 200, device="cuda", requires_grad=True)  # the kernel's token count

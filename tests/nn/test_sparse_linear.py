@@ -366,12 +366,30 @@ def _launcher_args(**changes):
         ({"n_out": 20}, "row_ptr must have 6"),
         ({"values": torch.zeros(3)}, "values"),
         ({"bias": torch.zeros(11)}, "bias"),
+        ({"through": torch.zeros(3, dtype=torch.int64)}, "through"),
         ({}, "CUDA"),
     ],
 )
 def test_launcher_checks_arguments(changes, match):
     with pytest.raises(ValueError, match=match):
         launcher.sparse_linear_cuda(**_launcher_args(**changes))
+
+
+def test_launcher_checks_moved_values():
+    """``through`` moves another pattern's values into this one's slots: int64, one entry a
+    slot, over 1-D values of any size."""
+    args = _launcher_args()
+    slots = args["values"].numel()
+    for through, values in (
+        (torch.zeros(slots, dtype=torch.int32), args["values"]),
+        (torch.zeros(slots, dtype=torch.int64), args["values"].view(-1, 1)),
+    ):
+        with pytest.raises(ValueError, match="through"):
+            launcher.sparse_linear_cuda(**{**args, "through": through, "values": values})
+    with pytest.raises(ValueError, match="CUDA"):  # valid: the device check comes next
+        launcher.sparse_linear_cuda(
+            **{**args, "through": torch.zeros(slots, dtype=torch.int64), "values": torch.ones(7)}
+        )
 
 
 def emulate_plan(plan, values, x, n_out, vector):
