@@ -5,7 +5,8 @@
 #
 #   benchmarks/run_all.sh                  # all of them
 #   benchmarks/run_all.sh kernels layers   # some: kernels, layers, training, e2e, ablation;
-#   benchmarks/run_all.sh seeds            # seeds (the seed papers' formats) runs only when named
+#   benchmarks/run_all.sh seeds            # seeds (the seed papers' formats) runs only when named,
+#   benchmarks/run_all.sh accuracy         # as accuracy does (papers' models, 10 seeds, with PyG)
 #   benchmarks/run_all.sh --compare ...    # keep each replaced result as <benchmark>.before.csv:
 #                                          # BENCHMARKS.md then shows the two runs side by side
 #
@@ -44,7 +45,8 @@ for benchmark in ${*:-kernels layers training e2e ablation}; do
                  --models gcn2,agnn,gat --precisions fp32,fp16 --cuda-graph ;;
         ablation) bench ablation --check ;;
         seeds) bench seeds ;;
-        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation seeds)" >&2
+        accuracy) bench accuracy --jobs 9 ;;
+        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation seeds accuracy)" >&2
            exit 2 ;;
     esac
 done
