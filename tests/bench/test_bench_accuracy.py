@@ -12,6 +12,7 @@ from flashgnn.benchmarking import accuracy, document, table
 from flashgnn.benchmarking.accuracy import AccuracyRow
 from flashgnn.cli import main
 from flashgnn.training import load_config, resolve_config
+from tests.helpers import needs_gpu
 
 TINY = """\
 name: {name}
@@ -129,3 +130,15 @@ def test_the_default_configs_are_the_papers_recipes():
         assert name == f"{model}-{dataset.replace('_', '-')}"
         assert ((model, dataset) in accuracy.PAPER) == (dataset != "musae_facebook")
         assert cfg["dataset"]["normalize_features"] and cfg["self_loops"]
+
+
+@needs_gpu
+def test_the_runs_on_the_gpu_in_two_processes(tmp_path):
+    configs = [_config(tmp_path, "gat"), _config(tmp_path, "agnn")]
+    out = tmp_path / "rows.csv"
+    args = ["--configs", ",".join(map(str, configs)), "--precisions", "fp32,fp16,bf16,tf32"]
+    args += ["--seeds", "2", "--device", "cuda", "--jobs", "2", "--csv", str(out)]
+    assert main(["bench", "accuracy", *args]) == 0
+    rows = table.read_csv(out, AccuracyRow)
+    assert len(rows) == 2 * 5 * 2 and not any(r.error for r in rows)
+    assert table.read_environment(out)["gpu"]

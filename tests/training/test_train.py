@@ -163,6 +163,26 @@ def test_the_pyg_twin_trains_as_the_flashgnn_model(tmp_path, model):
     assert [r["val"] for r in pyg] == [r["val"] for r in ours]
 
 
+@needs_gpu
+@pytest.mark.parametrize("name", ["gcn", "agnn"])
+def test_the_pyg_twin_trains_as_the_flashgnn_model_on_the_gpu(tmp_path, name):
+    """On CUDA too: the flashgnn model run eagerly in fp32 (CUDA-core kernels) and its PyG
+    twin draw the same dropout masks and follow the same losses; the flashgnn run replayed
+    from CUDA graphs (train.cuda_graph auto) learns as well."""
+    runs = {}
+    for backend, cuda_graph in (("flashgnn", False), ("pyg", False), ("flashgnn", "auto")):
+        out = tmp_path / f"{backend}-{cuda_graph}"
+        cfg = small_synthetic(out, epochs=30, patience=None, device="cuda", cuda_graph=cuda_graph)
+        cfg["model"] = {"name": name, "hidden_feats": 16, "backend": backend}
+        runs[backend, cuda_graph] = (train(cfg), read_metrics(out))
+    (ours, ours_rows), (pyg, pyg_rows) = runs["flashgnn", False], runs["pyg", False]
+    assert [float(r["loss"]) for r in pyg_rows] == pytest.approx(
+        [float(r["loss"]) for r in ours_rows], rel=1e-3
+    )
+    assert not pyg["cuda_graph"] and runs["flashgnn", "auto"][0]["cuda_graph"]
+    assert abs(runs["flashgnn", "auto"][0]["test"] - ours["test"]) < 0.05
+
+
 def test_pyg_twins_train_full_graph_in_one_process(tmp_path):
     cfg = small_synthetic(tmp_path / "run", batch_size=64, fanouts=[5, 5])
     cfg["model"]["backend"] = "pyg"
