@@ -10,8 +10,10 @@ AGNNConv in fp32, starting from the flashgnn model's weights), ``--seeds`` seeds
 0, 1, ...), the same data, loop and stopping rule; one row per run (test and validation
 accuracy of the epoch the rule keeps, epochs run, mean epoch time). ``--jobs N`` trains N
 configs at once in their own processes on the same device (epoch times then share it).
+``--append`` keeps the rows of the configs not run now, so that a table is run in parts.
 
     flashgnn bench accuracy --results benchmarks/results --jobs 9
+    flashgnn bench accuracy --results benchmarks/results --configs gat-cora --append
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ def add_arguments(p) -> None:
         "--runs", type=Path, help="keep the run folders here (default: a temporary folder)"
     )
     p.add_argument("--csv", type=Path, help="write every row to this CSV file (its stamp beside)")
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the rows of the other configs that the CSV holds (one table run in parts)",
+    )
 
 
 def config_path(name: str) -> Path:
@@ -197,6 +204,23 @@ def failures(rows: list[AccuracyRow]) -> list[str]:
     return [f"{r.config}: {r.error}" for r in rows if r.error]
 
 
+def kept_rows(path: Path, rows: list[AccuracyRow]) -> tuple[list[AccuracyRow], str]:
+    """The rows of the CSV ``path`` whose configs ``rows`` do not hold, then ``rows``; and
+    the line that says where the kept rows come from (its run's commit and command, and the
+    earlier such lines), "" when none is kept."""
+    configs = {r.config for r in rows}
+    kept = [r for r in table.read_csv(path, AccuracyRow) if r.config not in configs]
+    if not kept:
+        return rows, ""
+    env = table.read_environment(path) or {}
+    names = ", ".join(dict.fromkeys(r.config for r in kept))
+    note = (
+        f"Rows of {names} from an earlier run: commit `{env.get('commit', 'unknown')[:7]}`, "
+        f"`{env.get('command', 'command not recorded')}`."
+    )
+    return kept + rows, " ".join(filter(None, [env.get("note"), note]))
+
+
 def run(args) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -220,6 +244,11 @@ def run(args) -> int:
     for line in failures(rows):
         print(f"failed: {line}", file=sys.stderr)
     if args.csv is not None:
-        table.write_csv(rows, args.csv, environment(Timer(device)), AccuracyRow)
+        env = environment(Timer(device))
+        if args.append and args.csv.is_file():
+            rows, note = kept_rows(args.csv, rows)
+            if note:
+                env["note"] = note
+        table.write_csv(rows, args.csv, env, AccuracyRow)
         print(f"wrote {args.csv}")
     return 1 if failures(rows) else 0

@@ -114,6 +114,33 @@ def test_a_config_that_cannot_run_is_a_row_with_its_error(tmp_path, capsys):
     assert "no such config" in capsys.readouterr().err
 
 
+def test_append_keeps_the_other_configs_and_says_where_they_come_from(tmp_path):
+    gcn, agnn = _config(tmp_path, "gcn"), _config(tmp_path, "agnn")
+    out = tmp_path / "rows.csv"
+    common = ["--precisions", "fp32", "--seeds", "1", "--device", "cpu", "--csv", str(out)]
+    assert main(["bench", "accuracy", "--configs", f"{gcn},{agnn}", *common]) == 0
+    first = table.read_csv(out, AccuracyRow)
+    earlier = table.read_environment(out)
+    assert main(["bench", "accuracy", "--configs", str(agnn), "--no-reference", *common]) == 0
+    assert [r.config for r in table.read_csv(out, AccuracyRow)] == ["agnn-tiny"]  # replaced
+    table.write_csv(first, out, earlier, AccuracyRow)
+    assert main(["bench", "accuracy", "--configs", str(agnn), "--append", *common]) == 0
+    rows = table.read_csv(out, AccuracyRow)
+    assert [(r.config, r.impl) for r in rows] == [
+        ("gcn-tiny", "pyg"),
+        ("gcn-tiny", "fp32"),
+        ("agnn-tiny", "pyg"),
+        ("agnn-tiny", "fp32"),
+    ]
+    assert rows[:2] == first[:2]
+    note = table.read_environment(out)["note"]
+    assert note == (
+        f"Rows of gcn-tiny from an earlier run: commit `{earlier['commit'][:7]}`, "
+        f"`{earlier['command']}`."
+    )
+    assert note in document.stamp(table.read_environment(out), out, tmp_path)
+
+
 def test_several_jobs_give_the_rows_of_one(tmp_path):
     configs = [_config(tmp_path, "gcn"), _config(tmp_path, "gcn", "gcn-other")]
     one = accuracy.measure(configs, ["fp32"], 1, None, ["train.device=cpu"], tmp_path / "a")
