@@ -5,8 +5,9 @@
 #
 #   benchmarks/run_all.sh                  # all of them
 #   benchmarks/run_all.sh kernels layers   # some: kernels, layers, training, e2e, ablation;
-#   benchmarks/run_all.sh seeds            # seeds (the seed papers' formats) runs only when named
-#   benchmarks/run_all.sh reorder          # reorder (locality reordering) too
+#   benchmarks/run_all.sh seeds            # seeds (the seed papers' formats) runs only when named,
+#   benchmarks/run_all.sh accuracy         # as do accuracy (papers' models, 10 seeds, with PyG)
+#   benchmarks/run_all.sh reorder          # and reorder (locality reordering)
 #   benchmarks/run_all.sh --compare ...    # keep each replaced result as <benchmark>.before.csv:
 #                                          # BENCHMARKS.md then shows the two runs side by side
 #
@@ -46,7 +47,8 @@ for benchmark in ${*:-kernels layers training e2e ablation}; do
         ablation) bench ablation --check ;;
         seeds) bench seeds ;;
         reorder) bench reorder --check ;;
-        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation seeds reorder)" >&2
+        accuracy) bench accuracy --jobs 9 ;;
+        *) echo "unknown benchmark: $benchmark (kernels layers training e2e ablation seeds reorder accuracy)" >&2
            exit 2 ;;
     esac
 done

@@ -2,7 +2,7 @@
 
 python examples/train_agnn.py                                   # configs/agnn-cora.yaml
 python examples/train_agnn.py --config configs/agnn-citeseer.yaml train.precision=fp16
-python examples/train_agnn.py --resume runs/<run folder> train.epochs=400
+python examples/train_agnn.py --resume runs/<run folder> train.epochs=1500
 """
 
 import sys

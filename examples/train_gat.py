@@ -2,7 +2,7 @@
 
 python examples/train_gat.py                                   # configs/gat-cora.yaml
 python examples/train_gat.py --config configs/gat-citeseer.yaml train.precision=fp16
-python examples/train_gat.py --resume runs/<run folder> train.epochs=400
+python examples/train_gat.py --resume runs/<run folder> train.epochs=1500
 """
 
 import sys

@@ -38,6 +38,10 @@ BENCHMARKS = {
         "flashgnn.benchmarking.sparse_linear",
         "SparseLinear forward and backward against cuBLAS dense on pruned weights",
     ),
+    "accuracy": (
+        "flashgnn.benchmarking.accuracy",
+        "test accuracy of the papers' GCN, GAT and AGNN per precision, beside PyG's layers",
+    ),
     "distributed": (
         "flashgnn.benchmarking.distributed",
         "strong scaling of a training config over 1, 2, 4, ... processes",

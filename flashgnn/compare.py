@@ -1,5 +1,8 @@
 """``flashgnn compare --config ... --precisions fp32,tf32,fp16,bf16 --seeds 5``: the same
 model trained under each precision and several seeds, tabulated against fp32.
+``--reference pyg`` adds a row "pyg": the same network with torch_geometric's layers
+(``model.backend: pyg``, the PyG twin of ``flashgnn.pyg_twin``, starting from the same initial
+weights), trained in fp32 on the same data, seeds, loop and stopping rule.
 
 Writes into the output folder: ``runs.csv`` (one row per run), ``compare.csv`` and
 ``compare.md`` (per precision: test metric mean +- std, its difference to fp32, epoch time,
@@ -21,12 +24,15 @@ from .training import apply_overrides, load_config, resolve_config, train
 from .training.loop import load_configured_dataset
 from .training.run_folder import RunFolder
 
+REFERENCES = ("pyg",)  # --reference: the other library whose layers a row is built from
 RUN_FIELDS = (
     "precision",
     "seed",
     "test",
     "val",
     "best_epoch",
+    "epochs_run",
+    "metric",
     "epoch_time_s",
     "preprocess_s",
     "peak_gpu_memory_mb",
@@ -55,6 +61,12 @@ def add_arguments(p) -> None:
         "--output",
         type=Path,
         help="folder of the table (default: <output.root>/compare-<name>-<time>)",
+    )
+    p.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        help="also train the same network built from this library's layers (pyg: "
+        "torch_geometric.nn) in fp32, as the row 'pyg'",
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace the runs that the run folders hold"
@@ -166,49 +178,95 @@ def plot(rows: list[dict], metric: str, title: str, path: Path) -> Path | None:
     return path
 
 
-def compare(
-    config: dict, precisions: list[str], seeds: int, out_dir: Path, overwrite: bool = False
-) -> list[dict]:
-    """Train ``config`` under every precision and ``seeds`` seeds; write the tables and the
-    plot into ``out_dir``; return the per-precision rows. The dataset is loaded once; its
-    load time is in every run's preprocessing time, the graph preparation is timed per run.
-    ``overwrite``: replace the runs that the run folders hold (else they are refused)."""
+def run_configs(
+    config: dict,
+    precisions: list[str],
+    seeds: int,
+    out_dir: Path,
+    overwrite: bool = False,
+    reference: str | None = None,
+) -> list[tuple[str, dict]]:
+    """(label, resolved config) of every run of a comparison, the reference's first: each
+    precision (label: the precision) and, with ``reference="pyg"``, PyG's layers in fp32
+    (label "pyg"), ``seeds`` seeds each, each in its folder under ``out_dir``. Checks the
+    configs and the folders (refused when they hold runs, unless ``overwrite``)."""
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if reference is not None and reference not in REFERENCES:
+        raise ValueError(f"--reference must be one of {REFERENCES}, got {reference!r}")
     cfg = resolve_config(config)
-    run_cfgs = []
-    for precision in precisions:
+    labels = ([reference] if reference else []) + list(precisions)
+    out = []
+    for label in labels:
         for i in range(seeds):
             seed = cfg["train"]["seed"] + i
+            train_section = {**cfg["train"], "precision": label, "seed": seed}
+            model = cfg["model"]
+            if label == "pyg":
+                # PyG's layers in float32, their steps eager: PyG's message passing reads
+                # sizes back to the host, which a captured step cannot
+                train_section.update(precision="fp32", cuda_graph=False)
+                model = {**model, "backend": "pyg"}
             run_cfg = {
                 **cfg,
-                "train": {**cfg["train"], "precision": precision, "seed": seed},
-                "output": {**cfg["output"], "dir": str(out_dir / f"{precision}-seed{seed}")},
+                "model": model,
+                "train": train_section,
+                "output": {**cfg["output"], "dir": str(out_dir / f"{label}-seed{seed}")},
             }
             resolve_config(run_cfg)
             RunFolder(Path(run_cfg["output"]["dir"]), resume=False, overwrite=overwrite)
-            run_cfgs.append(run_cfg)
+            out.append((label, run_cfg))
+    return out
+
+
+def compare_runs(
+    config: dict,
+    precisions: list[str],
+    seeds: int,
+    out_dir: Path,
+    overwrite: bool = False,
+    reference: str | None = None,
+) -> list[dict]:
+    """Train every run of ``run_configs``; return one row (``RUN_FIELDS``) per run. The
+    dataset is loaded once; its load time is in every run's preprocessing time, the graph
+    preparation is timed per run."""
+    runs = run_configs(config, precisions, seeds, out_dir, overwrite, reference)
     tic = time.perf_counter()
-    dataset = load_configured_dataset(cfg["dataset"])
+    dataset = load_configured_dataset(resolve_config(config)["dataset"])
     load_seconds = time.perf_counter() - tic
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for run_cfg in run_cfgs:
-        precision, seed = run_cfg["train"]["precision"], run_cfg["train"]["seed"]
+    rows = []
+    for label, run_cfg in runs:
+        seed = run_cfg["train"]["seed"]
         summary = train(run_cfg, overwrite=overwrite, dataset=dataset, load_seconds=load_seconds)
-        runs.append(
-            {"precision": precision, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}}
-        )
+        rows.append({"precision": label, "seed": seed, **{k: summary[k] for k in RUN_FIELDS[2:]}})
         print(
-            f"{precision} seed {seed}: test {summary['test']:.4f}, "
+            f"{run_cfg['name']} {label} seed {seed}: test {summary['test']:.4f}, "
             f"{1000 * summary['epoch_time_s']:.2f} ms/epoch"
         )
+    return rows
+
+
+def compare(
+    config: dict,
+    precisions: list[str],
+    seeds: int,
+    out_dir: Path,
+    overwrite: bool = False,
+    reference: str | None = None,
+) -> list[dict]:
+    """Train ``config`` under every precision (and the ``reference``) and ``seeds`` seeds;
+    write the tables and the plot into ``out_dir``; return the per-precision rows.
+    ``overwrite``: replace the runs that the run folders hold (else they are refused)."""
+    runs = compare_runs(config, precisions, seeds, out_dir, overwrite, reference)
     rows = aggregate(runs)
-    title = f"{cfg['model']['name']} on {dataset.name}"
+    cfg = resolve_config(config)
+    title = f"{cfg['model']['name']} on {cfg['dataset']['name']}"
+    metric = runs[0]["metric"]
     _write_csv(out_dir / "runs.csv", RUN_FIELDS, runs)
     _write_csv(out_dir / "compare.csv", TABLE_FIELDS, rows)
-    (out_dir / "compare.md").write_text(markdown_table(rows, dataset.metric, title))
-    plot(rows, dataset.metric, title, out_dir / "compare.png")
+    (out_dir / "compare.md").write_text(markdown_table(rows, metric, title))
+    plot(rows, metric, title, out_dir / "compare.png")
     return rows
 
 
@@ -219,7 +277,14 @@ def run(args) -> int:
         args.output
         or Path(cfg["output"]["root"]) / f"compare-{cfg['name']}-{datetime.now():%Y%m%d-%H%M%S}"
     )
-    compare(config, parse_precisions(args.precisions), args.seeds, out_dir, args.overwrite)
+    compare(
+        config,
+        parse_precisions(args.precisions),
+        args.seeds,
+        out_dir,
+        args.overwrite,
+        args.reference,
+    )
     print((out_dir / "compare.md").read_text())
     print(f"tables and runs in {out_dir}")
     return 0

@@ -8,7 +8,7 @@ from torch import nn
 
 from flashgnn.nn import AGNNConv
 
-from .arguments import check_probability, check_size
+from .arguments import check_beta, check_probability, check_size
 from .graphs import per_layer
 
 
@@ -16,7 +16,11 @@ class AGNN(nn.Module):
     """dropout -> Linear(in_feats, hidden_feats) -> ReLU -> ``num_layers`` AGNNConv (pure
     propagation, no activation between them, as in the paper) -> dropout ->
     Linear(hidden_feats, out_feats). ``forward(graph, feat)`` -> logits [N, out_feats];
-    ``graph`` is one graph or a list of one block per AGNNConv layer."""
+    ``graph`` is one graph or a list of one block per AGNNConv layer.
+
+    Every layer's beta starts at ``init_beta`` and is learned when ``learn_beta``; a number
+    ``first_beta`` fixes the first layer's beta at it instead (a buffer, never learned), as
+    the paper does (PyG's example fixes it at 1)."""
 
     def __init__(
         self,
@@ -27,6 +31,7 @@ class AGNN(nn.Module):
         dropout: float = 0.5,
         init_beta: float = 1.0,
         learn_beta: bool = True,
+        first_beta: float | None = None,
         precision: str | None = None,
         allow_zero_in_degree: bool = False,
     ):
@@ -36,18 +41,23 @@ class AGNN(nn.Module):
         check_size("out_feats", out_feats)
         check_size("num_layers", num_layers)
         check_probability("dropout", dropout)
+        check_beta("first_beta", first_beta)
         self.encoder = nn.Linear(in_feats, hidden_feats)
         self.layers = nn.ModuleList(
             AGNNConv(
-                init_beta,
-                learn_beta,
+                init_beta if i > 0 or first_beta is None else first_beta,
+                learn_beta and (i > 0 or first_beta is None),
                 allow_zero_in_degree=allow_zero_in_degree,
                 precision=precision,
             )
-            for _ in range(num_layers)
+            for i in range(num_layers)
         )
         self.decoder = nn.Linear(hidden_feats, out_feats)
         self.dropout = nn.Dropout(dropout)
+
+    def first_layer(self) -> nn.Module:
+        """The layer that reads the input features (``train.weight_decay_scope``)."""
+        return self.encoder
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = F.relu(self.encoder(self.dropout(feat)))

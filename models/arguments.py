@@ -22,3 +22,11 @@ def check_probability(name: str, value) -> None:
         or not 0 <= value < 1
     ):
         raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+
+
+def check_beta(name: str, value) -> None:
+    """ValueError unless ``value`` is None or a finite number (an attention temperature)."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+    ):
+        raise ValueError(f"{name} must be a finite number or None, got {value!r}")

@@ -63,6 +63,10 @@ class GAT(nn.Module):
             GATConv(dim, out_feats, out_heads, residual=residual and num_layers > 1, **common)
         )
 
+    def first_layer(self) -> nn.Module:
+        """The layer that reads the input features (``train.weight_decay_scope``)."""
+        return self.layers[0]
+
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
         graphs = per_layer(graph, len(self.layers))

@@ -55,6 +55,10 @@ class GCN(nn.Module):
         # None when off, so that the input features stay the tensor the caller passed
         self.input_dropout = nn.Dropout(input_dropout) if input_dropout > 0 else None
 
+    def first_layer(self) -> nn.Module:
+        """The layer that reads the input features (``train.weight_decay_scope``)."""
+        return self.layers[0]
+
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
         for i, (layer, g) in enumerate(zip(self.layers, per_layer(graph, len(self.layers)))):

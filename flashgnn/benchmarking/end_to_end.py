@@ -17,7 +17,7 @@ nonzeros once repeated pairs are merged, 602 features, 41 classes). --quick divi
 nodes by 16 (same degrees drawn).
 Implementations ("impl"): flashgnn in every --precisions (its GCNConv and AGNNConv layers
 replaying their kernels from CUDA graphs on graphs of up to 4M nonzeros, their default:
-``ops.replay``); the PyG twin (``layers.pyg_twin``:
+``ops.replay``); the PyG twin (``flashgnn.pyg_twin``:
 the model with its GCNConv, AGNNConv, GATConv replaced by PyG's with the same initial weights)
 in fp32 and in fp16 (``torch.autocast`` on CUDA, with loss scaling), fed:
   PyG adj_t:       GCN only, the torch.sparse GCN: GCNConv(cached=True) on a torch.sparse CSR

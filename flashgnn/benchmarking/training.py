@@ -7,7 +7,7 @@ parameters (2,449,029 nodes, average degree 25: about 61M nonzeros, 100 features
 47 classes, 60/20/20 split), self-loops added. Models (``flashgnn.models.build_model``):
 GCN, 2 layers, hidden 128; AGNN, linear -> 4 AGNNConv -> linear, hidden 32; dropout 0.5.
 The PyG model is the same model with its GCNConv / AGNNConv layers replaced by PyG's, with
-the same initial weights (``layers.pyg_twin``): GCNConv(cached=True, add_self_loops=False),
+the same initial weights (``flashgnn.pyg_twin``): GCNConv(cached=True, add_self_loops=False),
 the setting of PyG's full-graph GCN example, fed the adjacency as a torch.sparse CSR adj_t
 ("PyG adj_t") or an edge_index ("PyG edge_index"); AGNNConv(add_self_loops=False) fed an
 edge_index.

@@ -7,8 +7,8 @@ A config has five sections and two top-level keys::
     dataset: {name: cora, ...}   # load_dataset's name, root and keyword arguments
     graph: {reorder: none}       # renumber the nodes once for locality (flashgnn.reorder)
     model: {name: gcn, ...}      # build_model's name and keyword arguments
-    train: {epochs, lr, weight_decay, patience, precision, seed, device, devices, eval_every,
-            progress, cuda_graph, batch_size, fanouts}
+    train: {epochs, lr, weight_decay, weight_decay_scope, patience, early_stopping, precision,
+            seed, device, devices, eval_every, progress, cuda_graph, batch_size, fanouts}
     distributed: {partition, overlap, timeout_s, time_exchanges, features, exchange_columns,
                   partition_one_process}  # full-graph runs on a partition
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
@@ -25,6 +25,7 @@ import yaml
 
 from ..ops.precision import PRECISIONS
 from ..reorder import METHODS as REORDER_METHODS
+from .early_stopping import RULES
 
 DEFAULTS = {
     "name": None,
@@ -40,7 +41,13 @@ DEFAULTS = {
         "epochs": 200,
         "lr": 0.01,
         "weight_decay": 5e-4,
+        # which parameters weight_decay applies to: "all", or "first_layer" (the model's
+        # first_layer(), as Kipf & Welling's GCN)
+        "weight_decay_scope": "all",
         "patience": 100,  # epochs without a better validation score before stopping; null: never
+        # the stopping rule and the epoch kept: "score", "score_or_loss" (GAT's) or
+        # "loss_window" (GCN's); training.early_stopping says what each does with patience
+        "early_stopping": "score",
         "precision": "fp32",
         "seed": 0,
         "device": "auto",  # "auto": cuda when available, else cpu
@@ -81,6 +88,7 @@ DEFAULTS = {
     "output": {"root": "runs", "dir": None},
 }
 PARTITIONS = ("contiguous", "degree", "metis", "label-propagation")
+WEIGHT_DECAY_SCOPES = ("all", "first_layer")
 _FREE_SECTIONS = ("dataset", "model")  # keyword arguments checked by the loader / model
 
 
@@ -203,6 +211,18 @@ def resolve_config(config: dict) -> dict:
         "train.patience",
         "an integer >= 1 or null",
         t["patience"],
+    )
+    _require(
+        t["early_stopping"] in RULES,
+        "train.early_stopping",
+        f"one of {RULES}",
+        t["early_stopping"],
+    )
+    _require(
+        t["weight_decay_scope"] in WEIGHT_DECAY_SCOPES,
+        "train.weight_decay_scope",
+        f"one of {WEIGHT_DECAY_SCOPES}",
+        t["weight_decay_scope"],
     )
     _require(
         t["precision"] in PRECISIONS, "train.precision", f"one of {PRECISIONS}", t["precision"]

@@ -37,12 +37,14 @@ from ..distributed.minibatch import data_parallel, loss_divisor, rank_seeds
 from ..graph import Graph
 from ..nn import AGNNConv, GATConv, GCNConv
 from ..ops.replay import set_replay
+from ..pyg_twin import pyg_twin
 from ..reorder import Reordering
 from ..sampling import NeighborSampler
 from . import checkpoint, run_data
 from .atomic import write_atomically
 from .checkpoint import CheckpointError
 from .config import ConfigError, resolve_config
+from .early_stopping import EarlyStopping
 from .metrics_log import MetricsLog, rows_up_to
 from .precision import dense_precision, grad_scaler, precision_scope
 from .processes import check_world, rank_device, run_ranks
@@ -93,12 +95,29 @@ def load_configured_dataset(section: dict) -> Dataset:
         raise ConfigError(f"config section 'dataset' ({section['name']}): {e}") from e
 
 
+BACKENDS = ("flashgnn", "pyg")
+"""``model.backend``: the library of a model's graph layers; "pyg" trains the PyG twin of the
+flashgnn model (``pyg_twin``: torch_geometric's layers, starting from its weights)."""
+
+
+def model_backend(section: dict) -> str:
+    """The model section's ``backend`` ("flashgnn" when absent); ConfigError for another."""
+    backend = section.get("backend", "flashgnn")
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"config section 'model' ({section['name']}): backend must be one of {BACKENDS}, "
+            f"got {backend!r}"
+        )
+    return backend
+
+
 def build_configured_model(section: dict, in_feats: int, out_feats: int) -> torch.nn.Module:
-    """``build_model`` with the config's model section; a bad keyword or value is a
-    ConfigError."""
+    """``build_model`` with the config's model section (``backend`` aside, see
+    ``model_backend``); a bad keyword or value is a ConfigError."""
     from flashgnn.models import build_model
 
-    kw = {k: v for k, v in section.items() if k != "name"}
+    model_backend(section)
+    kw = {k: v for k, v in section.items() if k not in ("name", "backend")}
     try:
         return build_model(section["name"], in_feats, out_feats, **kw)
     except (TypeError, ValueError) as e:
@@ -183,6 +202,33 @@ def _loss(
         total = F.binary_cross_entropy_with_logits(logits, y.float(), reduction="sum")
         return total / (divisor * logits.shape[1])
     return F.cross_entropy(logits, y, reduction="sum") / divisor
+
+
+def validation_loss(out: torch.Tensor, data, ranks: Ranks) -> float:
+    """The mean loss of the logits ``out`` over the validation rows that every rank scores
+    (multi-label: also over the classes), as the training loss is taken."""
+    index = data.score_masks[1].nonzero().flatten()
+    part = _loss(out.index_select(0, index), data.y.index_select(0, index), data.multi_label, 1.0)
+    total, count = ranks.sum([float(part), index.numel()])
+    return total / max(count, 1)
+
+
+def decayed_groups(model: torch.nn.Module, scope: str):
+    """``model``'s parameters for the optimizer: all of them ("all"), or two groups, the
+    first layer's (``model.first_layer()``) and the rest without weight decay
+    ("first_layer")."""
+    if scope == "all":
+        return model.parameters()
+    if not hasattr(model, "first_layer"):
+        raise ConfigError(
+            f"config key 'train.weight_decay_scope' is {scope!r}, but {type(model).__name__} "
+            "has no first_layer()"
+        )
+    first = {id(p) for p in model.first_layer().parameters()}
+    return [
+        {"params": [p for p in model.parameters() if id(p) in first]},
+        {"params": [p for p in model.parameters() if id(p) not in first], "weight_decay": 0.0},
+    ]
 
 
 def make_optimizer(
@@ -312,32 +358,6 @@ def check_fanouts(model: torch.nn.Module, fanouts: list[int]) -> None:
         )
 
 
-class EarlyStopping:
-    """Remembers the best validation score; stops after ``patience`` epochs without a better
-    one (never when patience is None)."""
-
-    def __init__(self, patience: int | None):
-        self.patience = patience
-        self.best_score = -float("inf")
-        self.best_epoch = -1
-
-    def update(self, score: float, epoch: int) -> bool:
-        """Record the score of ``epoch``; True when it is the best so far."""
-        if score > self.best_score:
-            self.best_score, self.best_epoch = score, epoch
-            return True
-        return False
-
-    def should_stop(self, epoch: int) -> bool:
-        return self.patience is not None and epoch - self.best_epoch >= self.patience
-
-    def state_dict(self) -> dict:
-        return {"best_score": self.best_score, "best_epoch": self.best_epoch}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
-
-
 def train(
     config: dict,
     *,
@@ -430,6 +450,12 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     seed_everything(t["seed"])
 
     minibatch = t["batch_size"] is not None
+    pyg = model_backend(cfg["model"]) == "pyg"
+    if pyg and (minibatch or ranks.world > 1):
+        raise ConfigError(
+            "config key 'model.backend' is 'pyg': PyG twins train full-graph in one process "
+            "(no train.batch_size, train.devices 1)"
+        )
     partitioned = not minibatch and (ranks.world > 1 or _one_part(cfg))
     if partitioned:
         data = run_data.partitioned(cfg, ranks, dataset, load_seconds)
@@ -446,6 +472,11 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
     model = build_configured_model(cfg["model"], data.num_features, data.num_classes)
     model = model.to(device)
     ranks.broadcast_module(model)
+    if pyg:
+        # PyG's layers draw their initial weights, then take the model's: the fork keeps
+        # those draws out of the run's streams, so dropout draws as in the flashgnn run
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            model = pyg_twin(model, graph.edge_index)
     if minibatch:
         # Layers replay their kernels (ops.replay) from a configuration's second call, keyed by
         # the graph's identity; each mini-batch samples new blocks, so every call would start a
@@ -454,9 +485,11 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
         # steps need nothing: layers run eagerly inside a capture, cuda_graphs.capturing.)
         set_replay(model, False)
         check_fanouts(model, t["fanouts"])
-    optimizer = make_optimizer(model.parameters(), t["lr"], t["weight_decay"], device)
+    optimizer = make_optimizer(
+        decayed_groups(model, t["weight_decay_scope"]), t["lr"], t["weight_decay"], device
+    )
     scaler = grad_scaler(precision, device)
-    stopper = EarlyStopping(t["patience"])
+    stopper = EarlyStopping(t["patience"], t["early_stopping"])
     start_epoch, epoch_times = 0, []
     if state is not None:
         start_epoch, epoch_times = restore(
@@ -561,9 +594,11 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
             if (epoch + 1) % t["eval_every"] == 0 or epoch + 1 == t["epochs"]:
                 tic = time.perf_counter()
                 model.eval()
-                scores = data.scores(logits())
+                out = logits()
+                scores = data.scores(out)
+                val_loss = validation_loss(out, data, ranks) if stopper.needs_loss else None
                 row.update(scores, eval_time_s=time.perf_counter() - tic)
-                if stopper.update(scores["val"], epoch) and ranks.writer:
+                if stopper.update(epoch, scores["val"], val_loss) and ranks.writer:
                     checkpoint.save(
                         run_dir / checkpoint.BEST,
                         {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},

@@ -56,6 +56,26 @@ def test_agnn_matches_pyg_stack(rng):
     assert len([p for n, p in model.named_parameters() if n.endswith("beta")]) == 3
 
 
+def test_agnn_first_beta_is_fixed(rng):
+    """first_beta: the first layer's beta a buffer at that value (PyG's AGNNConv with
+    requires_grad=False), the others learned from init_beta."""
+    g = undirected_graph(rng)
+    model = AGNN(9, 8, 4, num_layers=3, init_beta=0.6, first_beta=0.0).eval()
+    betas = dict(model.named_parameters())
+    assert sorted(n for n in betas if n.endswith("beta")) == ["layers.1.beta", "layers.2.beta"]
+    assert model.layers[0].beta.tolist() == [0.0] and "layers.0.beta" in dict(model.named_buffers())
+    x = torch.randn(g.num_nodes, 9)
+    h = F.relu(model.encoder(x))
+    for beta in (0.0, 0.6, 0.6):
+        ref = PygAGNNConv(requires_grad=beta != 0.0, add_self_loops=False)
+        with torch.no_grad():
+            ref.beta.fill_(beta)
+        h = ref(h, g.edge_index)
+    assert rel_err(model(g, x), model.decoder(h)) < TOL
+    with pytest.raises(ValueError, match="first_beta must be a finite number or None"):
+        AGNN(9, 8, 4, first_beta=float("nan"))
+
+
 @pytest.mark.parametrize("concat", [True, False])
 def test_gat_matches_pyg_stack(concat, rng):
     g = undirected_graph(rng)
