@@ -139,8 +139,14 @@ class Variant(NamedTuple):
 
 CHUNK = Variant("chunk")
 # The forward's selection: (largest density of W's vectors, fewest tokens, variant) rows, the
-# first that a call meets (density = vectors / (strips x in); later rows catch the rest).
-FORWARD_RULE: tuple[tuple[float, int, Variant], ...] = ((1.0, 0, CHUNK),)
+# first that a call meets (density = vectors / (strips x in); later rows catch the rest). The
+# window kernel wins at every density swept (docs/TUNING.md, "SparseLinear"): read from a
+# transposed x with ~16-vector chunks below 7.5%, direct x with ~32-vector chunks to 15%.
+FORWARD_RULE: tuple[tuple[float, int, Variant], ...] = (
+    (0.075, 0, Variant("window", shape=WINDOW_SHAPES[1], list_vectors=16)),
+    (0.15, 0, Variant("window", shape=WINDOW_SHAPES[0], list_vectors=32)),
+    (1.0, 0, Variant("window", shape=WINDOW_SHAPES[1], list_vectors=32)),
+)
 
 
 def choose_variant(n_vectors: int, n_strips: int, n_in: int, n_tokens: int) -> Variant:

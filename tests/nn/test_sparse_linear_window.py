@@ -187,7 +187,8 @@ def test_window_records_move_values_through_an_index():
 
 
 def test_selection_rule():
-    assert launcher.choose_variant(100, 10, 100, 5000) == launcher.CHUNK  # before the sweep
+    names = [launcher.choose_variant(n, 10, 100, 5000).name for n in (50, 100, 500)]
+    assert names == ["w4x8x8-xt-v16", "w4x8x8-v32", "w4x8x8-xt-v32"]  # densities 0.05, 0.1, 0.5
     window = launcher.Variant("window", shape=SHAPES[0])
     rule = ((0.15, 2048, window), (1.0, 0, launcher.CHUNK))
     original = launcher.FORWARD_RULE
