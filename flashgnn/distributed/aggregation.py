@@ -132,6 +132,19 @@ class SplitRows:
         return sum(m.nbytes for m in (self.own, self.own_t, self.halo, self.halo_t))
 
 
+def column_bytes(travelling_rows: int, own_rows: int, itemsize: int) -> int:
+    """Bytes one exchanged column costs: its travelling rows (sent and received) twice, the
+    next block's being in flight, and its own rows' input and fp32 sums."""
+    return 2 * travelling_rows * itemsize + own_rows * (itemsize + 8)
+
+
+def columns_that_fit(width: int, per_column: int, gpu_bytes: int) -> int:
+    """The most columns of ``width`` (a multiple of 8, or all) whose block buffers of
+    ``per_column`` bytes each fit EXCHANGE_MEMORY of a GPU of ``gpu_bytes``."""
+    fit = int(EXCHANGE_MEMORY * gpu_bytes) // max(per_column, 1)
+    return width if fit >= width else max(8, fit // 8 * 8)
+
+
 def block_columns(width: int, plan, num_own: int, itemsize: int, device, columns) -> int:
     """Columns of one exchanged block: ``columns`` when given, else the most (a multiple of
     8, or all) whose buffers fit EXCHANGE_MEMORY of the GPU (all on the CPU, and all where
@@ -142,11 +155,10 @@ def block_columns(width: int, plan, num_own: int, itemsize: int, device, columns
         return max(1, min(int(columns), width))
     if device.type != "cuda":
         return width
-    rows = plan.num_halo + int(plan.send_index.numel())
-    per_column = 2 * rows * itemsize + num_own * (itemsize + 8)
-    total = torch.cuda.get_device_properties(device).total_memory
-    fit = int(EXCHANGE_MEMORY * total) // max(per_column, 1)
-    return width if fit >= width else max(8, fit // 8 * 8)
+    per_column = column_bytes(plan.num_halo + int(plan.send_index.numel()), num_own, itemsize)
+    return columns_that_fit(
+        width, per_column, torch.cuda.get_device_properties(device).total_memory
+    )
 
 
 class Exchanges:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .aggregation import EXCHANGE_MEMORY
+from .aggregation import column_bytes, columns_that_fit
 from .epilogue import ROW_BLOCK_BYTES
 from .projection import HOST_BLOCK_BYTES
 
@@ -119,12 +119,9 @@ def _aggregation_block(s: RankSizes, width: int, exchanged: bool, gpu_bytes) -> 
     the whole width at once, the halo part's sum included where there is a halo."""
     if not exchanged:
         return s.rows * width * 4 * (2 if s.halo else 1)
-    per_column = 2 * (s.halo + s.sent) * s.storage_bytes + s.rows * (s.storage_bytes + 8)
-    columns = width
-    if gpu_bytes is not None:
-        fit = int(EXCHANGE_MEMORY * gpu_bytes) // max(per_column, 1)
-        columns = width if fit >= width else max(8, fit // 8 * 8)
-    return min(columns, width) * per_column
+    per_column = column_bytes(s.halo + s.sent, s.rows, s.storage_bytes)
+    columns = width if gpu_bytes is None else columns_that_fit(width, per_column, gpu_bytes)
+    return columns * per_column
 
 
 def phase_bytes(
