@@ -9,7 +9,9 @@ every ``--precisions`` and as its PyG twin ("pyg": torch_geometric's GCNConv, GA
 AGNNConv in fp32, starting from the flashgnn model's weights), ``--seeds`` seeds each (train.seed
 0, 1, ...), the same data, loop and stopping rule; one row per run (test and validation
 accuracy of the epoch the rule keeps, epochs run, mean epoch time). ``--jobs N`` trains N
-configs at once in their own processes on the same device (epoch times then share it).
+series (one config in one precision, or its twin) at once in their own processes on the same
+device (epoch times then share it): on cora a run is bound by the host, so a many-core machine
+trains the nine tables in the time of the slowest series.
 ``--append`` keeps the rows of the configs not run now, so that a table is run in parts.
 
     flashgnn bench accuracy --results benchmarks/results --jobs 9
@@ -75,7 +77,9 @@ def add_arguments(p) -> None:
     p.add_argument("--precisions", default=",".join(PRECISIONS), help="comma list (default all)")
     p.add_argument("--seeds", type=int, default=10, help="runs per precision (default 10)")
     p.add_argument("--no-reference", action="store_true", help="leave out the PyG twin's rows")
-    p.add_argument("--jobs", type=int, default=1, help="configs trained at once (processes)")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="series (a config in one precision) trained at once"
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument(
         "--data",
@@ -148,15 +152,27 @@ def measure(
     out_dir: Path,
     jobs: int = 1,
 ) -> list[AccuracyRow]:
-    """The rows of every config, in the order given; ``jobs`` > 1 trains that many configs
-    at once, each in a process of its own."""
+    """The rows of every config, in the order given (per config the reference's first, then
+    each precision's); ``jobs`` > 1 trains that many series (a config in one precision) at
+    once, each in a process of its own."""
     if seeds < 1 or jobs < 1:
         raise ValueError(f"--seeds and --jobs must be >= 1, got {seeds} and {jobs}")
-    args = [(p, precisions, seeds, reference, overrides, out_dir) for p in paths]
+    labels = [(None, reference)] if reference else []
+    labels += [([p], None) for p in precisions]
+    args = [(p, ps or [], seeds, ref, overrides, out_dir) for p in paths for ps, ref in labels]
     if jobs == 1:
-        return [row for a in args for row in config_runs(*a)]
-    with ProcessPoolExecutor(min(jobs, len(paths)), mp_context=get_context("spawn")) as pool:
-        return [row for rows in pool.map(config_runs, *zip(*args)) for row in rows]
+        series = [config_runs(*a) for a in args]
+    else:
+        with ProcessPoolExecutor(min(jobs, len(args)), mp_context=get_context("spawn")) as pool:
+            series = list(pool.map(config_runs, *zip(*args)))
+    failed = set()  # a config that cannot run fails every series alike: one row says so
+    rows = []
+    for row in (r for rows in series for r in rows):
+        if row.error and row.config in failed:
+            continue
+        failed.update([row.config] if row.error else [])
+        rows.append(row)
+    return rows
 
 
 def _cell(values: list[float]) -> str:
