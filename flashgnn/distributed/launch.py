@@ -15,6 +15,7 @@ rank's traceback on stderr and raises ``RankFailedError`` with its last line.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import os
 import shutil
 import sys
@@ -119,11 +120,26 @@ def _rank_main(index: int, fn: Callable, world: int, rendezvous: str, device_typ
     # ranks of one host share its cores; more threads than cores slow every rank down (on
     # CUDA too: a rank's host work, building its rows, runs on them)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    # a rank killed by a signal (an abort inside a C++ library) prints every thread's Python
+    # stack on its stderr, which the parent's stderr shows: otherwise only the signal is known
+    faulthandler.enable(all_threads=True)
     join_group(Placement(index, world, index), device_type, timeout_s, f"file://{rendezvous}")
     fn(*args)
-    # leave together: a rank that tears its connections down while a peer still uses the
-    # group (its store lives in rank 0) can make that peer abort
+    _leave_together(f"{rendezvous}.leave", index, world, timeout_s)
+
+
+def _leave_together(path: str, index: int, world: int, timeout_s: float) -> None:
+    """Tear the process group down only once every rank has finished its last collective.
+
+    A rank that closes its gloo connections while a peer is still completing the group's
+    last operation (even a barrier, whose final messages can be in flight when the first
+    rank returns from it) can make that peer abort. A file store outside the group says when
+    every rank is past the barrier; only then does any rank destroy the group."""
     dist.barrier()
+    store = dist.FileStore(path, world)
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    store.set(f"left{index}", "1")
+    store.wait([f"left{r}" for r in range(world)])
     dist.destroy_process_group()
 
 
