@@ -77,6 +77,27 @@ def on_capture_stream(device: torch.device) -> Iterator[torch.cuda.Stream]:
             caller.wait_stream(stream)
 
 
+@contextmanager
+def rng_kept(device: torch.device | str) -> Iterator[None]:
+    """Run the block, then set ``device``'s default generator back to its state before it:
+    runs that stand outside a step's sequence of draws (a capture's warm-up, a replay that
+    only fills buffers) leave the numbers an eager call would draw next to that call."""
+    device = torch.device(device)
+    get, set_ = (
+        (torch.get_rng_state, torch.set_rng_state)
+        if device.type == "cpu"
+        else (
+            lambda: torch.cuda.get_rng_state(device),
+            lambda s: torch.cuda.set_rng_state(s, device),
+        )
+    )
+    state = get()
+    yield
+    # set only where the block drew numbers: setting also resets cuDNN's RNN dropout state
+    if not torch.equal(get(), state):
+        set_(state)
+
+
 class CaptureError(RuntimeError):
     """A capture failed; ``__cause__`` is torch's error."""
 
@@ -106,12 +127,9 @@ def capture(
     graph = torch.cuda.CUDAGraph()
     with on_capture_stream(device) as stream:
         if warmup > 0:
-            rng = torch.cuda.get_rng_state(device)
-            for _ in range(warmup):
-                fn()
-            # set only where a run drew numbers: setting also resets cuDNN's RNN dropout state
-            if not torch.equal(torch.cuda.get_rng_state(device), rng):
-                torch.cuda.set_rng_state(rng, device)
+            with rng_kept(device):
+                for _ in range(warmup):
+                    fn()
         try:
             with torch.cuda.graph(graph, stream=stream, capture_error_mode=capture_error_mode):
                 result = fn()

@@ -15,9 +15,10 @@ synthetic_products (2,449,029 nodes, average degree 25: about 61M nonzeros, 100 
 47 classes) and synthetic_reddit (232,965 nodes, 570 edge ends per node drawn: about 115M
 nonzeros once repeated pairs are merged, 602 features, 41 classes). --quick divides their
 nodes by 16 (same degrees drawn).
-Implementations ("impl"): flashgnn in every --precisions (its GCNConv and AGNNConv layers
-replaying their kernels from CUDA graphs on graphs of up to 4M nonzeros, their default:
-``ops.replay``); the PyG twin (``flashgnn.pyg_twin``:
+Implementations ("impl"): flashgnn in every --precisions (its GCNConv, AGNNConv and GATConv
+layers replaying their kernels from CUDA graphs on graphs of up to 4M nonzeros, their
+default: ``ops.replay``; on such a graph "flashgnn eager" rows time the same model with that
+replay off); the PyG twin (``flashgnn.pyg_twin``:
 the model with its GCNConv, AGNNConv, GATConv replaced by PyG's with the same initial weights)
 in fp32 and in fp16 (``torch.autocast`` on CUDA, with loss scaling), fed:
   PyG adj_t:       GCN only, the torch.sparse GCN: GCNConv(cached=True) on a torch.sparse CSR

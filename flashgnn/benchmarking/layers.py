@@ -30,9 +30,9 @@ PyG inputs ("impl" names the path):
   PyG edge_index:     edge_index [2, E] on the device (gather / scatter message passing); the
                       only input AGNNConv can use, as its messages need both end points.
 Every PyG layer has add_self_loops=False (the graph has them).
-flashgnn's GCNConv and AGNNConv replay their kernels from CUDA graphs on graphs of up to 4M
-nonzeros (``ops.replay``, on by default there: the "flashgnn" rows); on such a graph the
-"flashgnn eager" rows time the same layers with the replay off. speedup = the fastest PyG
+flashgnn's GCNConv, AGNNConv and GATConv replay their kernels from CUDA graphs on graphs of
+up to 4M nonzeros (``ops.replay``, on by default there: the "flashgnn" rows); on such a graph
+the "flashgnn eager" rows time the same layers with the replay off. speedup = the fastest PyG
 fp32 step time of that layer and graph / step time. peak MB: device memory allocated at the
 peak of the timed calls beyond the common inputs (graph CSR, features, projection), i.e. the
 implementation's adjacency or format plus the call's working memory. prep ms: building that

@@ -20,8 +20,10 @@ ms: median epoch time after warm-up epochs (``timing.Timer``). speedup = the fas
 fp32 epoch of the model / epoch. peak MB: device memory allocated at the peak of the timed
 epochs beyond the dataset (features, labels, graph CSR): model, optimizer state, adjacency
 or format, activations. prep ms: building the format (flashgnn: ME-BCRS of A and A^T) or
-PyG's input tensor. With --cuda-graph every epoch is also captured in a CUDA graph and its
-replay timed (graph ms; see ``bench layers``). A failing row records its error and the run
+PyG's input tensor. On a graph where the layers replay their kernels from CUDA graphs (up to
+4M nonzeros, ``ops.replay``) "flashgnn eager" rows time the same model with that replay off.
+With --cuda-graph every epoch is also captured in a CUDA graph and its replay timed (graph
+ms; see ``bench layers``). A failing row records its error and the run
 goes on.
 """
 
@@ -33,15 +35,18 @@ import torch
 
 from ..data import Dataset
 from ..data.synthetic import load_synthetic
+from ..ops.replay import set_replay
 from ..training.loop import make_optimizer, train_step, training_targets
 from ..training.precision import grad_scaler
 from .layers import (
+    EAGER,
     ModelRow,
     add_common_arguments,
     implementations,
     measure,
     module_and_graph,
     pyg_runs,
+    replays,
     report,
     set_speedups,
     setup,
@@ -117,14 +122,18 @@ def bench_model(
     cuda_graph: bool = False,
 ) -> list[ModelRow]:
     """The rows of one model (flashgnn, built) on one dataset (``on_device``): an epoch of
-    flashgnn in every precision and of the PyG twin fed each of ``pyg_paths``; with
-    ``cuda_graph`` also each epoch replayed from a CUDA graph."""
+    flashgnn in every precision and of the PyG twin fed each of ``pyg_paths``; where the
+    model's layers replay their kernels (``ops.replay``), also flashgnn's epochs with that
+    replay off (``EAGER``); with ``cuda_graph`` also each epoch replayed from a CUDA graph."""
     rows = []
-    for impl, precision, path in implementations(pyg_paths, precisions, with_pyg):
+    eager = replays(model, data.x, data.graph)
+    for impl, precision, path in implementations(pyg_paths, precisions, with_pyg, eager):
         row = ModelRow(label, described, impl, precision)
 
-        def prepare(precision=precision, path=path):
+        def prepare(precision=precision, path=path, impl=impl):
             module, g = module_and_graph(model, data.graph, precision, path, cached=True)
+            if impl == EAGER:
+                set_replay(module, False)
             return training_step(
                 module, g, data.x, data.y, data.train_mask, precision, data.multi_label
             )

@@ -9,6 +9,7 @@ from ..formats.block_diagonal import head_major, node_major
 from ..graph import Graph
 from ..ops import gat_attention
 from ..ops.precision import check_precision
+from ..ops.replay import NodeReplay
 from ..ops.score_terms import score_terms
 from ..precision_context import block_width, resolve_precision
 from .graph_input import check_graph_input, value_dtype
@@ -32,9 +33,11 @@ class GATConv(nn.Module):
     feat_dst) -> [N_dst, num_heads, out_feats]: el from the sources, er and the residual from
     the destinations, both projected by ``fc``, or, with ``in_feats`` a pair (in_src, in_dst)
     (pair input only), by ``fc_src`` and ``fc_dst``. DGL's constructor and forward
-    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision``.
-    Parameters: ``fc`` (Linear, no bias; or ``fc_src`` and ``fc_dst``), ``attn_l`` and
-    ``attn_r`` [1, num_heads, out_feats], ``bias`` [num_heads * out_feats], ``res_fc``.
+    (``forward(graph, feat, edge_weight=None, get_attention=False)``), plus ``precision`` and
+    ``replay`` as in ``GCNConv`` (the kernels replayed from CUDA graphs, attention dropout
+    included; not with ``edge_weight`` or ``get_attention``). Parameters: ``fc`` (Linear, no
+    bias; or ``fc_src`` and ``fc_dst``), ``attn_l`` and ``attn_r`` [1, num_heads, out_feats],
+    ``bias`` [num_heads * out_feats], ``res_fc``.
     """
 
     def __init__(
@@ -50,9 +53,11 @@ class GATConv(nn.Module):
         allow_zero_in_degree: bool = False,
         bias: bool = True,
         precision: str | None = None,
+        replay: bool | None = None,
     ):
         super().__init__()
         self.in_feats, self.out_feats, self.num_heads = in_feats, out_feats, num_heads
+        self.replay = NodeReplay(replay)
         self.activation = activation
         self.allow_zero_in_degree = allow_zero_in_degree
         self.precision = None if precision is None else check_precision(precision)
@@ -121,6 +126,7 @@ class GATConv(nn.Module):
             precision,
             edge_weight,
             get_attention,
+            self.replay,
         )
         if self.res_fc is not None:
             h_dst = h[:n_dst] if h_dst is None else h_dst
@@ -141,7 +147,7 @@ class GATConv(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"{self.in_feats}, {self.out_feats}, num_heads={self.num_heads}, "
-            f"precision={self.precision!r}"
+            f"precision={self.precision!r}, replay={self.replay.enabled!r}"
         )
 
 
@@ -161,6 +167,7 @@ def attend(
     precision: str,
     edge_weight: torch.Tensor | None = None,
     get_attention: bool = False,
+    replay: NodeReplay | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head graph attention of projected features: (rst [N_dst, heads, out], the
     attention [E, heads] in edge-id order when ``get_attention``, else None).
@@ -168,7 +175,9 @@ def attend(
     ft [N_src, heads, out]: the sources' projected features; ft_dst [N_dst, heads, out] or None
     (ft's first N_dst rows); attn_l, attn_r [1, heads, out]: the source and destination
     attention vectors; ``attn_drop``: dropout on the attention values (0: none);
-    ``edge_weight`` float [E] (edge-id order) multiplies them after dropout."""
+    ``edge_weight`` float [E] (edge-id order) multiplies them after dropout; ``replay``: the
+    calling layer's ``NodeReplay`` (``ops.gat_attention``), unused with ``edge_weight``, whose
+    values in A's layout are a new tensor every call (a configuration that never repeats)."""
     k = block_width(precision)
     heads = ft.shape[1]
     n_dst = graph.num_dst_nodes
@@ -192,6 +201,7 @@ def attend(
         precision,
         edge_values=weights,
         return_attention=get_attention,
+        replay=None if weights is not None else replay,
     )
     out, prob = result if get_attention else (result, None)
     rst = node_major(out, heads, n_dst)

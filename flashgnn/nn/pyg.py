@@ -315,7 +315,7 @@ class GATConv(nn.Module):
     [1, heads, out_channels], ``bias`` and (``residual``) ``res.weight`` [T] and [T,
     in_channels], T = heads * out_channels (concat) or out_channels.
     Not supported: ``edge_dim`` (edge features), bipartite input (a pair ``in_channels`` or
-    (x_src, x_dst)). ``precision`` as in ``flashgnn.nn.GATConv``.
+    (x_src, x_dst)). ``precision`` and ``replay`` as in ``flashgnn.nn.GATConv``.
     """
 
     def __init__(
@@ -331,6 +331,7 @@ class GATConv(nn.Module):
         bias: bool = True,
         residual: bool = False,
         precision: str | None = None,
+        replay: bool | None = None,
     ):
         super().__init__()
         if edge_dim is not None:
@@ -343,6 +344,7 @@ class GATConv(nn.Module):
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops = add_self_loops
         self.precision = _layer_precision(precision)
+        self.replay = NodeReplay(replay)
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
@@ -384,6 +386,7 @@ class GATConv(nn.Module):
             self.dropout if self.training else 0.0,
             resolve_precision(self.precision),
             get_attention=bool(return_attention_weights),
+            replay=self.replay,
         )
         out = out.reshape(n, heads * channels) if self.concat else out.mean(dim=1)
         if self.res is not None:

@@ -19,7 +19,18 @@ gradients from the records without storing dP or the scores' gradient. In A's va
 a per-edge tensor takes 8 slots per 8x1 vector, 8 times the edges on a graph with one nonzero
 per vector, so each pass over one, and each one kept, matters on large graphs. A backward
 asked for a higher derivative (``create_graph``) recomputes the output by the composed ops
-(with the forward's dropout mask), which autograd differentiates and records.
+(with the forward's dropout mask), which autograd differentiates and records, and never
+replays.
+
+Given a layer's ``NodeReplay`` (``ops.replay``), the forward's kernels, after copies of ft, er
+and el into static buffers, and the backward's, after the gradient's, are replayed from CUDA
+graphs, every head in the same launches as eagerly: the same functions (``_forward_body``,
+``_backward_body``) run eagerly or captured, so both give the same bits. The attention
+dropout's mask comes from ``torch.native_dropout`` on the device's default generator, which
+every capture registers with its graph (its Philox seed and offset are read from device
+tensors that each replay fills and advances), because that keeps one stream of random numbers
+whose eager and replayed draws are the same kernel at the same offset, where a mask made from
+a seed and offset of our own would be a second stream to keep in step with torch's.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from .._cuda.sddmm import gat_softmax_backward_tensor_core
 from .._cuda.slot_row_sums import slot_row_sums_cuda
 from .._cuda.spmm import GAT_BLOCK_WIDTH, GatAttention, spmm_tensor_core
 from ..formats.mebcrs import MEBCRS
+from ..tensor_cache import tensor_version
 from ._autograd import recorded_gradients, tracing
 from ._pattern import (
     NO_TRANSPOSE,
@@ -49,6 +61,7 @@ from ._pattern import (
 from .dispatch import spmm
 from .edge_softmax import _edge_softmax, _edge_softmax_backward, edge_softmax_call
 from .precision import check_precision, kernel_operands
+from .replay import Configuration, NodeReplay, Slot, backward_slot, forward_slot
 from .sddmm import _sddmm, sddmm_call
 from .spmm import _spmm, spmm_call
 
@@ -154,53 +167,33 @@ class _Attention(torch.autograd.Function):
         slope,
         drop,
         precision,
+        replay,
     ):
-        on_kernels = _on_kernels(er, el)
-        terms = er, el  # as given
-        if on_kernels:  # every launch reads them as 1-D views: made contiguous once
-            er, el = er.contiguous(), el.contiguous()
-        # on the kernels, without dropout or edge values, P is computed from the rows' records
-        # where it is read (the tensor-core SpMMs as they stage it) and not kept for the backward
-        computes_p = on_kernels and drop == 0 and edge_values is None
-        (ft_k,) = kernel_operands(precision, ft)
-        # fp32 features get an fp32 result even when the kernel reads them in 16 bits
-        out_fp32 = ft.dtype == torch.float32
-        staged = computes_p and _fused(precision, k)
-        prob, row_info = _attention(pattern, er, el, slope, n_rows, k, write=not staged)
-        keep = None
-        if staged:
-            out = spmm_tensor_core(
-                *pattern,
-                None,
-                ft_k,
-                n_rows,
-                k,
-                precision,
-                torch.float32 if out_fp32 else ft_k.dtype,
-                gat=GatAttention(el.view(-1), row_info, slope, transposed=False),
-            )
+        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None.
+        Returns (out, ft as the kernels read it when that is a copy and ft needs a gradient,
+        else None)."""
+        slot = forward_slot(replay)
+        if slot is not None:
+            out, ft_k, er_k, el_k, prob, row_info, keep = slot.replay_forward((ft, er, el))
         else:
-            if drop > 0:
-                dropped, keep = torch.native_dropout(prob, drop, True)
-            else:
-                dropped = prob
-            if edge_values is not None:
-                dropped = dropped * edge_values
-            out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, out_fp32, *NO_TRANSPOSE)
-        # A higher derivative differentiates the composed ops from ft, er and el. The terms'
-        # contiguous copies are small: the inputs are saved beside them. ft's cast becomes a
-        # second output, whose gradient the backward passes on to ft (holding ft would keep
-        # its projection alive).
+            out, ft_k, er_k, el_k, prob, row_info, keep = _forward_body(
+                ft, er, el, edge_values, pattern, n_rows, k, slope, drop, precision
+            )
+        # A higher derivative differentiates the composed ops from ft, er and el. Copies of
+        # the terms (contiguous, or a replay's static buffers) are small: the inputs are saved
+        # beside them. ft's copy (its cast, a replay's static buffer) becomes a second output,
+        # whose gradient the backward passes on to ft (holding ft would keep its projection
+        # alive).
         need_ft, need_er, need_el = ctx.needs_input_grad[:3]
         ft_copy = ft_k if need_ft and ft_k is not ft else None
-        er_in = terms[0] if need_er and terms[0] is not er else None
-        el_in = terms[1] if need_el and terms[1] is not el else None
+        er_in = er if need_er and er_k is not er else None
+        el_in = el if need_el and el_k is not el else None
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(
             ft_k,
-            er,
-            el,
-            None if computes_p else prob,
+            er_k,
+            el_k,
+            prob,
             row_info,
             keep,
             edge_values,
@@ -211,8 +204,8 @@ class _Attention(torch.autograd.Function):
             *transposed,
         )
         ctx.n_rows, ctx.k, ctx.slope, ctx.drop, ctx.precision = n_rows, k, slope, drop, precision
-        ctx.ft_dtype = ft.dtype
-        return out.to(ft.dtype), ft_copy
+        ctx.ft_dtype, ctx.replay = ft.dtype, replay
+        return out, ft_copy
 
     @staticmethod
     def backward(ctx, grad, grad_ft_k):
@@ -235,27 +228,79 @@ class _Attention(torch.autograd.Function):
                 grad,
             )
         else:
-            grads = _backward_body(
-                grad,
-                ft_k,
-                er,
-                el,
-                prob,
-                row_info,
-                (keep, scale, edge_values),
-                t_indptr,
-                pattern,
-                transposed,
-                *sizes,
-                needs,
-            )
+            slot = None if grad_ft_k is not None else backward_slot(ctx.replay)
+            if slot is not None:
+                slot.grad_input.copy_(grad)
+                grads = slot.replay_backward()
+            else:
+                grads = _backward_body(
+                    grad,
+                    ft_k,
+                    er,
+                    el,
+                    prob,
+                    row_info,
+                    (keep, scale, edge_values),
+                    t_indptr,
+                    pattern,
+                    transposed,
+                    *sizes,
+                    needs,
+                )
         grad_ft, grad_er, grad_el = grads
-        if grad_ft is not None:
-            grad_ft = grad_ft.to(ctx.ft_dtype)
-        if grad_ft_k is not None:  # the gradient of ft's cast, the second output
+        if grad_ft_k is not None:  # the gradient of ft's copy, the second output
             grad_ft_k = grad_ft_k.to(ctx.ft_dtype)
             grad_ft = grad_ft_k if grad_ft is None else grad_ft + grad_ft_k
-        return grad_ft, grad_er, grad_el, None, None, None, None, None, None, None, None, None
+        return (grad_ft, grad_er, grad_el) + (None,) * 10
+
+
+def _forward_body(
+    ft: Tensor,
+    er: Tensor,
+    el: Tensor,
+    edge_values: Tensor | None,
+    pattern: tuple,
+    n_rows: int,
+    k: int,
+    slope: float,
+    drop: float,
+    precision: str,
+) -> tuple:
+    """(out [n_rows, F] in ft's dtype, then what the backward reads: ft as the kernels read it,
+    er and el (contiguous on the kernels), P or None where the kernels compute it from the
+    records, the rows' records or None, the dropout mask or None)."""
+    on_kernels = _on_kernels(er, el)
+    if on_kernels:  # every launch reads them as 1-D views: made contiguous once
+        er, el = er.contiguous(), el.contiguous()
+    # on the kernels, without dropout or edge values, P is computed from the rows' records
+    # where it is read (the tensor-core SpMMs as they stage it) and not kept for the backward
+    computes_p = on_kernels and drop == 0 and edge_values is None
+    (ft_k,) = kernel_operands(precision, ft)
+    # fp32 features get an fp32 result even when the kernel reads them in 16 bits
+    out_fp32 = ft.dtype == torch.float32
+    staged = computes_p and _fused(precision, k)
+    prob, row_info = _attention(pattern, er, el, slope, n_rows, k, write=not staged)
+    keep = None
+    if staged:
+        out = spmm_tensor_core(
+            *pattern,
+            None,
+            ft_k,
+            n_rows,
+            k,
+            precision,
+            torch.float32 if out_fp32 else ft_k.dtype,
+            gat=GatAttention(el.view(-1), row_info, slope, transposed=False),
+        )
+    else:
+        if drop > 0:
+            dropped, keep = torch.native_dropout(prob, drop, True)
+        else:
+            dropped = prob
+        if edge_values is not None:
+            dropped = dropped * edge_values
+        out = _spmm(*pattern, dropped, ft_k, n_rows, k, precision, out_fp32, *NO_TRANSPOSE)
+    return out.to(ft.dtype), ft_k, er, el, None if computes_p else prob, row_info, keep
 
 
 def _composed(
@@ -320,8 +365,9 @@ def _backward_body(
     ft_dtype: torch.dtype,
     needs: tuple,
 ) -> tuple:
-    """(d ft, d er, d el), None where not ``needs``, from the output's gradient and what the
-    forward saved (``factors``: the dropout's mask and scale, the edge values)."""
+    """(d ft in ``ft_dtype``, d er, d el), None where not ``needs``, from the output's gradient
+    and what ``_forward_body`` returned (``factors``: the dropout's mask and scale, the edge
+    values)."""
     t_row_ptr, t_col_idx, t_vec_mask, t_perm, t_src = transposed
     transposed = (t_row_ptr, t_col_idx, t_vec_mask)
     need_ft, need_er, need_el = needs
@@ -374,7 +420,7 @@ def _backward_body(
             d_el = _column_sums(d_scores, t_indptr, t_src) if need_el else None
         grad_er = d_er.to(er.dtype) if need_er else None
         grad_el = d_el.to(el.dtype) if need_el else None
-    return grad_ft, grad_er, grad_el
+    return None if grad_ft is None else grad_ft.to(ft_dtype), grad_er, grad_el
 
 
 def gat_attention(
@@ -388,6 +434,7 @@ def gat_attention(
     *,
     edge_values: Tensor | None = None,
     return_attention: bool = False,
+    replay: NodeReplay | None = None,
 ):
     """``P @ ft`` with ``P = dropout(edge_softmax(a, leaky_relu(er_i + el_j)))`` [* edge_values].
 
@@ -399,7 +446,10 @@ def gat_attention(
     dropout. Scores and softmax run in fp32 (float64 for float64 inputs), exact; the
     aggregation in ``precision``. Returns [N_dst, F] in ft's dtype, with ``return_attention``
     also P [8 * n_vectors] (differentiable). Differentiable in ft, er and el to any order (a
-    higher derivative differentiates the composed ops).
+    higher derivative differentiates the composed ops). replay: the calling layer's
+    ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (not with
+    ``return_attention`` or differentiable edge values; ``ops.replay``: the same bits, and the
+    attention dropout's masks of the eager calls).
     """
     check_precision(precision)
     check_dense("ft", ft, a.n_cols, a.device)
@@ -431,7 +481,7 @@ def gat_attention(
         out = spmm(a, ft, precision, values=prob)
         return (out, prob) if return_attention else out
     need_t = torch.is_grad_enabled() and (ft.requires_grad or er.requires_grad or el.requires_grad)
-    return _Attention.apply(
+    args = (
         ft,
         er,
         el,
@@ -444,4 +494,81 @@ def gat_attention(
         float(negative_slope),
         float(attn_drop),
         precision,
-    )[0]
+    )
+    plan = None
+    if replay is not None and ft.dtype != torch.float64 and replay.applies(ft, a.nnz):
+        plan = _replay_plan(replay, a, *args)
+    return _Attention.apply(*args, plan)[0]
+
+
+def _replay_plan(
+    replay: NodeReplay,
+    a: MEBCRS,
+    ft: Tensor,
+    er: Tensor,
+    el: Tensor,
+    edge_values: Tensor | None,
+    pattern: tuple,
+    transposed: tuple,
+    t_indptr: Tensor | None,
+    n_rows: int,
+    k: int,
+    slope: float,
+    drop: float,
+    precision: str,
+) -> tuple[Configuration, Slot | None]:
+    """(this call's configuration, the slot its forward replays on, or None to run eagerly).
+    The slot's input is (ft, er, el), each copied into a static buffer."""
+    grad = torch.is_grad_enabled()
+    needs = tuple(grad and t.requires_grad for t in (ft, er, el))
+    key = (
+        id(a),
+        id(edge_values),
+        0 if edge_values is None else tensor_version(edge_values),
+        ft.shape,
+        ft.dtype,
+        er.dtype,
+        el.dtype,
+        slope,
+        drop,
+        precision,
+        needs,
+        transposed[0] is not None,
+    )
+    scale = 1.0 / (1.0 - drop) if drop > 0 else None
+
+    def new_input() -> tuple[Tensor, Tensor, Tensor]:
+        return tuple(
+            torch.zeros_like(t, memory_format=torch.contiguous_format) for t in (ft, er, el)
+        )
+
+    def backward(slot: Slot, g: Tensor) -> tuple:
+        _, ft_k, er_k, el_k, prob, row_info, keep = slot.outputs
+        return _backward_body(
+            g,
+            ft_k,
+            er_k,
+            el_k,
+            prob,
+            row_info,
+            (keep, scale, edge_values),
+            t_indptr,
+            pattern,
+            transposed,
+            n_rows,
+            k,
+            slope,
+            precision,
+            ft.dtype,
+            needs,
+        )
+
+    return replay.plan(
+        key,
+        (a, edge_values),
+        ft.device,
+        new_input,
+        lambda x: _forward_body(*x, edge_values, pattern, n_rows, k, slope, drop, precision),
+        lambda slot: torch.zeros_like(slot.outputs[0]),
+        backward if any(needs) else None,
+    )

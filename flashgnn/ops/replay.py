@@ -21,6 +21,11 @@ holds the last step's output while the next forward runs) or, with every slot bu
 eagerly. Inside an outer capture or its warm-up (``cuda_graphs.capturing``: a whole step in a
 ``CudaGraphStep``, or the caller's own ``torch.cuda.graph``) and in inference mode, the op
 runs eagerly.
+
+A body may draw random numbers (GAT's attention dropout) from the device's default generator:
+every capture registers it with its graph (torch does), so each replay reads the generator's
+current seed and offset and advances it as the eager call would, and the replays that only
+fill buffers for a capture leave it as they found it (``cuda_graphs.rng_kept``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from torch import Tensor
 from .._cuda.runtime import current_stream
 from .._torch_private import storage_use_counter
 from ..cuda_graphs import capture as capture_graph
-from ..cuda_graphs import capturing, warn_eager
+from ..cuda_graphs import capturing, rng_kept, warn_eager
 
 SLOTS = 2  # per configuration: the step in flight and the one before it
 CONFIGURATIONS = (
@@ -91,29 +96,44 @@ def _aliases(tensors: tuple) -> tuple:
     return tuple(None if t is None else t.detach() for t in tensors)
 
 
-class Slot:
-    """One configuration's static buffers and graphs: ``input`` (written by the forward's entry),
-    the forward body's ``outputs``; after ``capture_backward``, ``grad_input`` (written by the
-    backward's entry) and the backward body's ``grads``. ``external``: tensors the bodies read
-    and may return but never write (parameters)."""
+def _inputs(input: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    return input if isinstance(input, tuple) else (input,)
 
-    def __init__(self, input: Tensor, body: Callable[[Tensor], tuple], external: tuple = ()):
+
+class Slot:
+    """One configuration's static buffers and graphs: ``input`` (written by the forward's entry;
+    a tensor, or a tuple of them for an op of several inputs), the forward body's ``outputs``;
+    after ``capture_backward``, ``grad_input`` (written by the backward's entry) and the
+    backward body's ``grads``. ``external``: tensors the bodies read and may return but never
+    write (parameters)."""
+
+    def __init__(
+        self,
+        input: Tensor | tuple[Tensor, ...],
+        body: Callable[[Tensor | tuple[Tensor, ...]], tuple],
+        external: tuple = (),
+    ):
         self.input = input
-        self.forward_graph, self.outputs = capture(lambda: body(input), input.device)
-        self.forward_statics = Statics(input, *self.outputs, external=external)
+        self.device = _inputs(input)[0].device
+        self.forward_graph, self.outputs = capture(lambda: body(input), self.device)
+        self.forward_statics = Statics(*_inputs(input), *self.outputs, external=external)
         self.grad_input = self.backward_graph = self.grads = self.backward_statics = None
 
     def capture_backward(self, grad_input: Tensor, body: Callable[[Tensor], tuple]) -> None:
         """Capture the backward (the slot must be free): the forward is replayed first, so that
-        the eager run before the capture reads written statics."""
-        self.forward_graph.replay()
+        the eager run before the capture reads written statics (drawing no numbers of the
+        step's: its dropout masks are not the step's)."""
+        with rng_kept(self.device):
+            self.forward_graph.replay()
         self.backward_graph, self.grads = capture(lambda: body(grad_input), grad_input.device)
         self.grad_input = grad_input
         self.backward_statics = Statics(grad_input, *self.grads)
 
-    def replay_forward(self, x: Tensor) -> tuple:
-        """The forward body's outputs for input ``x`` (copied into ``input``), as aliases."""
-        self.input.copy_(x)
+    def replay_forward(self, x: Tensor | tuple[Tensor, ...]) -> tuple:
+        """The forward body's outputs for input ``x`` (copied into ``input``; a tuple like
+        ``input``'s), as aliases."""
+        for static, given in zip(_inputs(self.input), _inputs(x), strict=True):
+            static.copy_(given)
         self.forward_graph.replay()
         return _aliases(self.outputs)
 
@@ -211,15 +231,16 @@ class NodeReplay:
         key: tuple,
         keep: tuple,
         device: torch.device,
-        new_input: Callable[[], Tensor],
-        forward: Callable[[Tensor], tuple],
+        new_input: Callable[[], Tensor | tuple[Tensor, ...]],
+        forward: Callable[[Tensor | tuple[Tensor, ...]], tuple],
         new_grad_input: Callable[[Slot], Tensor] | None = None,
         backward: Callable[[Slot, Tensor], tuple] | None = None,
     ) -> tuple[Configuration, Slot | None]:
         """(the configuration of ``key`` on ``device``'s current stream, the slot this call's
         forward replays on or None to run it eagerly). ``keep``: the objects the key names by
         ``id``, kept alive, whose tensors the bodies only read. A new slot's static input is
-        ``new_input()`` (initialised: a capture runs its body once eagerly first), its forward
+        ``new_input()`` (a tensor or a tuple of them, initialised: a capture runs its body once
+        eagerly first), its forward
         body ``forward(input)``; its backward's static input ``new_grad_input(slot)`` and body
         ``backward(slot, grad_input)`` (None: no gradient is needed)."""
         config = self.configuration((*key, current_stream(device)), keep)
@@ -261,8 +282,8 @@ class NodeReplay:
 
 def set_replay(module: torch.nn.Module, enabled: bool | None) -> torch.nn.Module:
     """Set kernel replay for every layer of ``module`` that has one (``GCNConv``,
-    ``AGNNConv``): True, False or None (on graphs of at most AUTO_MAX_NONZEROS nonzeros);
-    in place, dropping what was captured. Returns ``module``."""
+    ``AGNNConv``, ``GATConv``): True, False or None (on graphs of at most AUTO_MAX_NONZEROS
+    nonzeros); in place, dropping what was captured. Returns ``module``."""
     for m in module.modules():
         if isinstance(getattr(m, "replay", None), NodeReplay):
             m.replay = NodeReplay(enabled)

@@ -60,7 +60,8 @@ def mebcrs() -> None:
     the lane-per-vector fp32 SDDMM on both paths; SpMM and SDDMM with their segments in both
     orders (longest first, and by column as on long-row graphs). Then AGNN and GAT on a square
     matrix with a hub row; graph convolution's fp16 backward (the column-sums kernel); graph
-    convolution and AGNN replayed from CUDA graphs; GAT's score terms."""
+    convolution, AGNN and GAT (with and without attention dropout) replayed from CUDA graphs;
+    GAT's score terms."""
     rng = np.random.default_rng(1)
     a = hub_matrix(rng)
     defaults = segments.COLUMN_ORDER_MIN_VECTORS, segments.COLUMN_ORDER_WINDOW_VECTORS
@@ -182,8 +183,10 @@ def mebcrs() -> None:
         with torch.autocast("cuda", dtype=torch.float16):
             out = ops.graph_conv(adj, *leaves, "fp16")
         out.sum().backward()
-    # both layers' ops replayed from CUDA graphs (ops.replay): eager, captured, then replayed
+    # the layers' ops replayed from CUDA graphs (ops.replay): eager, captured, then replayed
     gcn_replay, agnn_replay = NodeReplay(True), NodeReplay(True)
+    gat_replays = {drop: NodeReplay(True) for drop in (0.3, 0.0)}
+    terms = torch.randn(300, 2, device="cuda", requires_grad=True)
     leaves = [
         torch.randn(*shape, device="cuda", requires_grad=True)
         for shape in ((300, 33), (33, 40), (40,))
@@ -195,7 +198,14 @@ def mebcrs() -> None:
             out = ops.graph_conv(adj, *leaves, "fp16", replay=gcn_replay)
         out.sum().backward()
         ops.agnn_propagate(adj, x, beta, "fp16", replay=agnn_replay).sum().backward()
-    assert gcn_replay.graphs()[1] >= 1 and agnn_replay.graphs()[1] >= 1  # both passes replayed
+        for drop, gat_replay in gat_replays.items():
+            ft = x.half()
+            ops.gat_attention(
+                adj, ft, terms[:, :1], terms[:, 1:], 0.2, drop, "fp16", replay=gat_replay
+            ).sum().backward()
+    # both passes replayed
+    for replay in (gcn_replay, agnn_replay, *gat_replays.values()):
+        assert replay.graphs()[1] >= 1
     # GAT's score terms: several blocks per head in the backward, a last warp of a head not full
     for dtype, terms_per_head, f_dim in ((torch.float16, 2, 33), (torch.float32, 1, 7)):
         attn = torch.randn(3, terms_per_head, f_dim, device="cuda")

@@ -16,6 +16,7 @@ from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops import gat as gat_module
 from flashgnn.ops.precision import half_storage
+from flashgnn.ops.replay import NodeReplay
 from flashgnn.precision_context import block_width
 from tests.helpers import GPU, needs_gpu, random_csr, rel_err
 
@@ -157,6 +158,34 @@ def test_gradcheck(rng):
         return _gat(a, x, t, 0.1, 0.3, edge_values=values)
 
     assert torch.autograd.gradcheck(fn, (ft, terms))
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.3])
+def test_a_replay_off_cuda_runs_eagerly(drop, rng):
+    """Given a layer's NodeReplay on CPU tensors, the op captures nothing and gives the bits of
+    a call without one (the same dropout draws from the same seed), call after call; float64
+    gradcheck still passes through it."""
+    a, _ = _adjacency(rng)
+    ft, terms, proj = torch.randn(a.n_rows, 7), torch.randn(a.n_rows, 2), torch.randn(a.n_rows, 7)
+    replay = NodeReplay(True)
+
+    def replayed(*args, **kwargs):
+        return _gat(*args, replay=replay, **kwargs)
+
+    for seed in range(3):
+        got = _run(replayed, a, ft, terms, "fp16", proj, drop=drop, seed=seed)
+        want = _run(_gat, a, ft, terms, "fp16", proj, drop=drop, seed=seed)
+        assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+    assert replay.graphs() == (0, 0) and repr(replay).endswith("configurations=0)")
+    a64, _ = _adjacency(rng, n=21)
+    x = torch.randn(a64.n_rows, 3, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(a64.n_rows, 2, dtype=torch.float64, requires_grad=True)
+
+    def fn(x, t):
+        torch.manual_seed(0)  # one dropout mask for every evaluation
+        return _gat(a64, x, t, 0.1, drop, replay=replay)
+
+    assert torch.autograd.gradcheck(fn, (x, t))
 
 
 def test_keeps_one_slot_sized_tensor_and_the_mask(rng):

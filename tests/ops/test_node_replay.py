@@ -145,3 +145,47 @@ def test_statics_leave_out_what_the_body_only_reads():
     held = out[0]
     assert statics.held_elsewhere()
     del alias, held
+
+
+def test_a_slot_of_several_inputs_copies_each_and_counts_each_held(monkeypatch):
+    """A slot whose input is a tuple (GAT's ft, er, el): each given tensor is copied into its
+    static buffer before the replay, and any of them held elsewhere makes the slot busy."""
+
+    class Graph:
+        def __init__(self, body, outputs):
+            self.body, self.outputs = body, outputs
+
+        def replay(self):
+            for static, fresh in zip(self.outputs, self.body()):
+                static.copy_(fresh)
+
+    def capture(body, device):
+        outputs = body()
+        return Graph(body, outputs), outputs
+
+    monkeypatch.setattr(R, "capture", capture)
+    inputs = (torch.zeros(4, 3), torch.zeros(4, 1))
+    slot = R.Slot(inputs, lambda x: (x[0] * x[1], x[1] + 1))
+    a, b = torch.randn(4, 3), torch.randn(4, 1)
+    out, shifted = slot.replay_forward((a, b))
+    assert torch.equal(out, a * b) and torch.equal(shifted, b + 1)
+    assert slot.forward_statics.held_elsewhere()  # the aliases returned
+    del out, shifted
+    assert not slot.forward_statics.held_elsewhere()
+    held = inputs[1][2:]
+    assert slot.forward_statics.held_elsewhere()
+    del held
+    with pytest.raises(ValueError):  # one tensor for two inputs
+        slot.replay_forward(a)
+
+
+def test_set_replay_reaches_every_layer_that_replays():
+    from flashgnn.nn import AGNNConv, GATConv, set_replay
+    from flashgnn.nn import pyg as pyg_layers
+
+    model = torch.nn.ModuleList(
+        [GCNConv(4, 4), AGNNConv(), GATConv(4, 2, 2), pyg_layers.GATConv(4, 2, heads=2)]
+    )
+    set_replay(model, False)
+    assert [m.replay.enabled for m in model] == [False] * 4
+    assert "replay=None" in repr(GATConv(4, 2, 2))

@@ -1,11 +1,13 @@
-"""Layers replaying their kernels from CUDA graphs (``ops.replay``: GCNConv, AGNNConv) against
-the same layers run eagerly: the same bits in every precision (and GCN product order), and no
-replay over anything a caller, a pending backward or a parameter's ``.grad`` still holds.
+"""Layers replaying their kernels from CUDA graphs (``ops.replay``: GCNConv, AGNNConv, GATConv)
+against the same layers run eagerly: the same bits in every precision (and GCN product order,
+GAT heads and attention dropout, whose masks are the eager ones step by step), and no replay
+over anything a caller, a pending backward or a parameter's ``.grad`` still holds.
 
 On the GPU the graphs are real; on the CPU a stand-in (``EmulatedGraph``) reruns the captured
 body at each replay and copies its results into the tensors the capture returned, which is
 what a replay writes: the bookkeeping (configurations, slots, which storages are held) is the
-same code on both."""
+same code on both. The stand-in's capture leaves the generator as it found it, as a real
+capture's warm-up does and the capture itself (which draws nothing) does."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from flashgnn.cuda_graphs import graphed
-from flashgnn.nn import AGNNConv, GCNConv
+from flashgnn.cuda_graphs import graphed, rng_kept
+from flashgnn.nn import AGNNConv, GATConv, GCNConv
 from flashgnn.ops import replay
 from flashgnn.training.precision import precision_scope
 from tests.helpers import GPU, needs_gpu, rel_err
@@ -40,7 +42,7 @@ class EmulatedGraph:
 
 
 def emulated_capture(body, device):
-    with torch.no_grad():
+    with torch.no_grad(), rng_kept(device):
         outputs = body()
     return EmulatedGraph(body, outputs), outputs
 
@@ -73,8 +75,30 @@ def pair(device, in_feats: int, out_feats: int, bias: bool = True):
     return eager, replayed
 
 
+class ConcatGAT(GATConv):
+    """GATConv 48 -> heads x 48 / heads with its heads concatenated: [N, 48], as the other
+    layers give."""
+
+    def __init__(self, heads: int, attn_drop: float, replay: bool):
+        super().__init__(48, 48 // heads, heads, attn_drop=attn_drop, replay=replay)
+
+    def forward(self, graph, feat):
+        return super().forward(graph, feat).flatten(1)
+
+
+def gat_pair(device, heads: int = 4, attn_drop: float = 0.0):
+    """(eager ConcatGAT, replayed ConcatGAT) with the same parameters."""
+    eager = ConcatGAT(heads, attn_drop, replay=False).to(device)
+    replayed = ConcatGAT(heads, attn_drop, replay=True).to(device)
+    with torch.no_grad():  # a non-zero bias, so that its gradient and addition show
+        eager.bias.uniform_(-1, 1)
+    replayed.load_state_dict(eager.state_dict())
+    return eager, replayed
+
+
 LAYERS = {
     "gcn": lambda device: pair(device, 48, 48),
+    "gat": gat_pair,
     "agnn": lambda device: (
         AGNNConv(0.7, replay=False).to(device),
         AGNNConv(0.7, replay=True).to(device),
@@ -123,6 +147,27 @@ def test_agnn_replay_gives_the_eager_bits(graph, device, precision, learn_beta):
             step(replayed, graph, x, proj, precision), step(eager, graph, x, proj, precision)
         )
     assert replayed.replay.graphs() == (1, 1)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("heads", [1, 4])
+@pytest.mark.parametrize("attn_drop", [0.0, 0.4], ids=["no-dropout", "dropout"])
+def test_gat_replay_gives_the_eager_bits(graph, device, precision, heads, attn_drop):
+    """Both twins seeded alike: every step's output and gradients are the same bits, the
+    dropout masks included, and the masks change from step to step (the same input gives
+    another output)."""
+    eager, replayed = gat_pair(device, heads, attn_drop)
+    x = torch.randn(graph.num_nodes, 48, device=device, requires_grad=True)
+    projs = [torch.randn(graph.num_nodes, 48, device=device) for _ in range(5)]
+    runs = []
+    for layer in (eager, replayed):
+        torch.manual_seed(3)
+        runs.append([step(layer, graph, x, proj, precision) for proj in projs])
+    for got, want in zip(*reversed(runs), strict=True):
+        assert_equal(got, want)
+    outs = [r[0] for r in runs[1]]
+    assert all(torch.equal(a, b) != (attn_drop > 0) for a, b in zip(outs, outs[1:]))
+    assert replayed.replay.graphs() == (1, 1) and eager.replay.graphs() == (0, 0)
 
 
 @layers

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from flashgnn.cuda_graphs import WARMUP_CALLS, CudaGraphStep, graphed
+from flashgnn.ops import replay
 from flashgnn.training import train
 from tests.helpers import GPU
 
@@ -107,13 +108,22 @@ def test_replayed_training_matches_eager_training(tmp_path, model, precision):
     assert replayed["test"] == pytest.approx(eager["test"], abs=1e-3)
 
 
-def test_replayed_dropout_draws_new_masks(tmp_path):
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
+        {"name": "gat", "hidden_feats": 8, "heads": 2, "feat_drop": 0.0, "attn_drop": 0.5},
+    ],
+    ids=lambda m: m["name"],
+)
+def test_replayed_dropout_draws_new_masks(tmp_path, model):
     """With dropout the replays must not repeat one mask: at a learning rate of 0 every epoch
-    has the same weights, so only the dropout draws can change the loss."""
+    has the same weights, so only the dropout draws (GAT: on the attention only) can change
+    the loss."""
     train(
         {
             "dataset": {"name": "synthetic", "num_nodes": 2000, "avg_degree": 8, "num_classes": 4},
-            "model": {"name": "gcn", "hidden_feats": 16, "dropout": 0.5},
+            "model": model,
             "output": {"dir": str(tmp_path)},
             "train": {
                 "epochs": 8,
@@ -143,3 +153,60 @@ def test_auto_replays_a_small_graph(tmp_path):
     assert summary["cuda_graph"] is True
     losses = [float(r["loss"]) for r in _metrics(tmp_path)]
     assert len(losses) == 6 and losses[-1] < losses[WARMUP_CALLS]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+def test_gat_layers_replaying_their_kernels_train_as_eager_layers(tmp_path, monkeypatch, precision):
+    """Epochs of a GAT whose layers replay their kernels (``ops.replay``: steps not captured
+    whole, train.cuda_graph false) follow the epochs of the same run with the layers' replay
+    off, loss for loss and score for score, attention and feature dropout on: the replayed
+    dropout masks are the eager ones."""
+
+    def run(out):
+        train(
+            {
+                "dataset": {
+                    "name": "synthetic",
+                    "num_nodes": 2000,
+                    "avg_degree": 8,
+                    "num_classes": 4,
+                },
+                "model": {
+                    "name": "gat",
+                    "hidden_feats": 8,
+                    "heads": 4,
+                    "feat_drop": 0.3,
+                    "attn_drop": 0.3,
+                },
+                "output": {"dir": str(out)},
+                "train": {
+                    "epochs": 8,
+                    "patience": None,
+                    "device": "cuda",
+                    "precision": precision,
+                    "progress": False,
+                    "cuda_graph": False,
+                },
+            }
+        )
+        return _metrics(out)
+
+    with monkeypatch.context() as m:
+        m.setattr(replay.NodeReplay, "applies", lambda self, x, nnz: False)
+        eager = run(tmp_path / "eager")
+    replays = []
+    replay_backward = replay.Slot.replay_backward
+
+    def counted(slot):
+        replays.append(slot)
+        return replay_backward(slot)
+
+    monkeypatch.setattr(replay.Slot, "replay_backward", counted)
+    replayed = run(tmp_path / "replayed")
+    assert len(replays) > 0  # the layers' backward passes replayed
+    assert len(eager) == len(replayed) == 8
+    for a, b in zip(eager, replayed):
+        for column in ("loss", "train", "val", "test"):
+            assert float(b[column]) == float(a[column]), (a["epoch"], column)
+    losses = [float(r["loss"]) for r in replayed]
+    assert losses[-1] < losses[0]
