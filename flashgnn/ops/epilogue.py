@@ -65,6 +65,10 @@ class Epilogue:
     def scale(self) -> float:
         return 1.0 / (1.0 - self.dropout)
 
+    def does_nothing(self) -> bool:
+        """Whether it leaves the product plus the bias as it is."""
+        return not self.relu and not self.threshold and self.dtype is None
+
     def identity(self) -> tuple:
         """What a replay key needs of it (the key tensor by identity: its values change)."""
         return (self.relu, self.dropout, id(self.key), self.stream, self.dtype)

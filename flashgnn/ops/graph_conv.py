@@ -386,6 +386,8 @@ def graph_conv(
         raise ValueError(
             f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}"
         )
+    if epilogue is not None and epilogue.does_nothing():
+        epilogue = None
     if epilogue is not None and epilogue.key is not None and epilogue.key.device != feat.device:
         raise ValueError(f"epilogue key is on {epilogue.key.device}, feat on {feat.device}")
     if tracing() or values.requires_grad:
