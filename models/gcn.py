@@ -65,8 +65,13 @@ class GCN(nn.Module):
         # None when off, so that the input features stay the tensor the caller passed
         self.input_dropout = nn.Dropout(input_dropout) if input_dropout > 0 else None
         self.fused_epilogue = bool(fused_epilogue)
-        # not in the state dict: checkpoints stay those of the unfused model
-        self.register_buffer("dropout_key", epi.new_key(), persistent=False)
+        # in the state dict, so that a resumed run draws the masks it would have drawn
+        self.register_buffer("dropout_key", epi.new_key())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a state saved before the key existed keeps the model's own
+        state_dict.setdefault(prefix + "dropout_key", self.dropout_key.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def first_layer(self) -> nn.Module:
         """The layer that reads the input features (``train.weight_decay_scope``)."""
