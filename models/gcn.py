@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flashgnn.nn import GCNConv
+from flashgnn.ops import epilogue as epi
 
 from .arguments import check_probability, check_size
 from .graphs import per_layer
@@ -18,7 +19,15 @@ class GCN(nn.Module):
     first (Kipf & Welling's, absent from DGL's example). ``forward(graph, feat)`` ->
     logits [N, out_feats]; ``graph`` is one graph, which should carry self-loops
     (``graph.add_self_loops()``), or a list of one block per layer (-> [N_dst of the last,
-    out_feats])."""
+    out_feats]).
+
+    ``fused_epilogue`` (default True): each GCNConv applies its bias, ReLU, the next layer's
+    dropout and the cast to the next layer's input type as it writes its output
+    (``ops.epilogue``), the dropout's masks drawn from the buffer ``dropout_key`` (a seed from
+    torch's generator at construction, an offset advanced on the device every training
+    forward, so a captured step draws new masks at each replay); False: separate ReLU,
+    ``nn.Dropout`` and casts. A layer that is not a GCNConv (a PyG twin's) gets the same
+    masks from the same key, applied on their own."""
 
     def __init__(
         self,
@@ -31,6 +40,7 @@ class GCN(nn.Module):
         norm: str = "both",
         precision: str | None = None,
         allow_zero_in_degree: bool = False,
+        fused_epilogue: bool = True,
     ):
         super().__init__()
         check_size("in_feats", in_feats)
@@ -54,12 +64,43 @@ class GCN(nn.Module):
         self.dropout = nn.Dropout(dropout)
         # None when off, so that the input features stay the tensor the caller passed
         self.input_dropout = nn.Dropout(input_dropout) if input_dropout > 0 else None
+        self.fused_epilogue = bool(fused_epilogue)
+        # in the state dict, so that a resumed run draws the masks it would have drawn
+        self.register_buffer("dropout_key", epi.new_key())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a state saved before the key existed keeps the model's own
+        state_dict.setdefault(prefix + "dropout_key", self.dropout_key.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def first_layer(self) -> nn.Module:
         """The layer that reads the input features (``train.weight_decay_scope``)."""
         return self.layers[0]
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        if not self.fused_epilogue:
+            return self._unfused(graph, feat)
+        p = self.dropout.p if self.training else 0.0
+        if p > 0:
+            epi.advance(self.dropout_key)
+        last = len(self.layers) - 1
+        h = feat
+        for i, (layer, g) in enumerate(zip(self.layers, per_layer(graph, len(self.layers)))):
+            if i == 0 and self.input_dropout is not None:
+                h = self.input_dropout(h)
+            drop = p if i < last else 0.0
+            key = self.dropout_key if drop > 0 else None
+            if isinstance(layer, GCNConv):
+                dtype = _next_input_dtype(h) if i < last else None
+                ep = epi.Epilogue(layer.activation is not None, drop, key, i, dtype)
+                h = layer(g, h, epilogue=ep)
+            else:
+                h = layer(g, h)
+                if drop > 0:
+                    h = epi.epilogue(h, None, epi.Epilogue(dropout=drop, key=key, stream=i))
+        return h
+
+    def _unfused(self, graph, feat: torch.Tensor) -> torch.Tensor:
         h = feat
         for i, (layer, g) in enumerate(zip(self.layers, per_layer(graph, len(self.layers)))):
             if i > 0:
@@ -68,3 +109,12 @@ class GCN(nn.Module):
                 h = self.input_dropout(h)
             h = layer(g, h)
         return h
+
+
+def _next_input_dtype(h: torch.Tensor) -> torch.dtype | None:
+    """The type the next layer's products read (autocast's, where it is on; float64 stays),
+    or None to keep the layer's own."""
+    device = h.device.type
+    if h.dtype != torch.float64 and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return None

@@ -535,3 +535,30 @@ DECLARED["hbell.cu"] = {
         ("out", "float*"),
     ),
 }
+
+# kernels/epilogue.cu: a graph convolution's epilogue and its backward (flashgnn/_cuda/epilogue.py)
+_EPILOGUE_MASK = (
+    ("relu", "int"),
+    ("threshold", "unsigned"),
+    ("scale", "float"),
+    ("key", "const i64*"),
+    ("stream", "unsigned"),
+)
+DECLARED["epilogue.cu"] = {
+    "epilogue_forward": KernelParams(
+        ("y", "const T*"),
+        ("n_rows", "i64"),
+        ("columns", "int"),
+        ("bias", "const float*"),
+        *_EPILOGUE_MASK,
+        ("out", "T*"),
+    ),
+    "epilogue_backward": KernelParams(
+        ("grad", "const T*"),
+        ("out", "const T*"),
+        ("n_rows", "i64"),
+        ("columns", "int"),
+        *_EPILOGUE_MASK,
+        ("grad_in", "T*"),
+    ),
+}

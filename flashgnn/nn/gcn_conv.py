@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..ops import graph_conv
+from ..ops.epilogue import Epilogue
 from ..ops.gcn_norm import NORMS
 from ..ops.precision import check_precision
 from ..ops.replay import NodeReplay
@@ -72,10 +74,13 @@ class GCNConv(nn.Module):
         feat: torch.Tensor,
         weight: torch.Tensor | None = None,
         edge_weight: torch.Tensor | None = None,
+        epilogue: Epilogue | None = None,
     ) -> torch.Tensor:
         """graph: flashgnn.Graph or DGL graph / block; feat [N_src, in_feats] or (feat_src,
         feat_dst); weight [in_feats, out_feats] when the layer was built with weight=False;
-        returns [N_dst, out_feats]."""
+        epilogue: ``ops.epilogue.Epilogue`` applied as the output is written, in place of the
+        layer's activation (which must then be None or ReLU; the epilogue's ``relu`` decides);
+        returns [N_dst, out_feats] (in the epilogue's dtype when it sets one)."""
         graph, feat, _ = check_graph_input(
             graph,
             feat,
@@ -90,13 +95,24 @@ class GCNConv(nn.Module):
                 "construct it with weight=False"
             )
         weight = self.weight if weight is None else weight
+        if epilogue is not None and self.activation not in (None, F.relu, torch.relu):
+            raise ValueError("GCNConv: an epilogue replaces an activation of None or ReLU only")
         precision = resolve_precision(self.precision)
         k = block_width(precision)
         values = graph.gcn_values(self.norm, k, value_dtype(feat, edge_weight), edge_weight)
         rst = graph_conv(
-            graph.adj(k), feat, weight, self.bias, precision, values=values, replay=self.replay
+            graph.adj(k),
+            feat,
+            weight,
+            self.bias,
+            precision,
+            values=values,
+            replay=self.replay,
+            epilogue=epilogue,
         )
-        return self.activation(rst) if self.activation is not None else rst
+        if epilogue is not None or self.activation is None:
+            return rst
+        return self.activation(rst)
 
     def extra_repr(self) -> str:
         return (

@@ -23,6 +23,11 @@ copy into a static buffer, and the backward's after the bias gradient and the gr
 
 A backward asked for a higher derivative (``create_graph``) computes the same gradients from
 the SpMM's registered entry and plain products, which autograd records, and never replays.
+
+An ``ops.epilogue.Epilogue`` (ReLU, the next layer's dropout, the cast to its input type)
+is applied where the output is written, with the bias: by one elementwise kernel after the
+last product, inside the replayed body; the node keeps its output (ReLU's mask) and a copy of
+the dropout's key, and its backward first passes the gradient through the epilogue.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from torch import Tensor
 from .._cuda.column_sums import cast_and_sum_columns_cuda
 from ..formats.mebcrs import MEBCRS
 from ..tensor_cache import tensor_version
+from . import epilogue as epi
 from ._autograd import tracing
 from ._pattern import (
     NO_TRANSPOSE,
@@ -123,18 +129,31 @@ def _projects_first(weight: Tensor | None) -> bool:
 
 class _GraphConv(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision, replay):
-        """replay: (Configuration, Slot or None) when the layer replays its kernels, else None.
-        Returns (out, the operand dW is taken from when it stands in for feat, else None)."""
+    def forward(
+        ctx, feat, weight, bias, values, pattern, transposed, shape, k, precision, epilogue, replay
+    ):
+        """epilogue: an ``Epilogue`` or None; replay: (Configuration, Slot or None) when the
+        layer replays its kernels, else None. Returns (out, the operand dW is taken from when
+        it stands in for feat, else None)."""
         dtype = _dense_dtype(feat) if weight is not None else feat.dtype
         project_first = _projects_first(weight)
         slot = forward_slot(replay)
         if slot is not None:
-            out, saved, w = slot.replay_forward(feat)
+            out, saved, w, key = slot.replay_forward(feat)
         else:
             x = feat.to(_input_dtype(feat.dtype, precision, dtype, project_first))
-            out, saved, w = _forward_body(
-                x, weight, bias, values, pattern, shape, k, precision, dtype, project_first
+            out, saved, w, key = _forward_body(
+                x,
+                weight,
+                bias,
+                values,
+                pattern,
+                shape,
+                k,
+                precision,
+                dtype,
+                project_first,
+                epilogue,
             )
         # A higher derivative differentiates dW through its operand and dX through W. Where
         # the node holds stand-ins for them (a cast, A X, a replay's static buffers), the
@@ -144,8 +163,16 @@ class _GraphConv(torch.autograd.Function):
         operand = saved if both and saved is not feat else None
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(
-            saved, w, values, weight if both and w is not weight else None, *transposed
+            saved,
+            w,
+            values,
+            weight if both and w is not weight else None,
+            out if epilogue is not None and epilogue.relu else None,
+            key,
+            *transposed,
         )
+        ctx.epilogue = epilogue
+        ctx.product_dtype = _product_dtype(dtype, bias)
         ctx.project_first, ctx.pattern, ctx.shape, ctx.k, ctx.precision, ctx.replay = (
             project_first,
             pattern,
@@ -163,12 +190,14 @@ class _GraphConv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, grad_operand):
-        saved, w, values, weight, *transposed = ctx.saved_tensors
+        saved, w, values, weight, out, key, *transposed = ctx.saved_tensors
         need_bias = ctx.needs_input_grad[2]
         bias_dtype = ctx.dtypes[2] if need_bias else None
         # grad mode is on where a higher derivative is asked for (create_graph): the gradients
         # are then recorded, from the SpMM's entry and W itself, and never replayed
         recorded = torch.is_grad_enabled()
+        if ctx.epilogue is not None and grad is not None:
+            grad = epi.backward(grad, out, ctx.epilogue, key, ctx.product_dtype)
         slot = None
         if not recorded and grad is not None and grad_operand is None:
             slot = backward_slot(ctx.replay)
@@ -178,7 +207,7 @@ class _GraphConv(torch.autograd.Function):
                 grad, bias_dtype, slot.grad_input.dtype, out=slot.grad_input
             )
             grad_feat, grad_weight = slot.replay_backward()
-            return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
+            return grad_feat, grad_weight, grad_bias, *(None,) * 8
         grad_bias = None
         if recorded:
             w = w if weight is None else weight.to(w.dtype)
@@ -203,7 +232,12 @@ class _GraphConv(torch.autograd.Function):
             grad_operand,
             recorded,
         )
-        return grad_feat, grad_weight, grad_bias, None, None, None, None, None, None, None
+        return grad_feat, grad_weight, grad_bias, *(None,) * 8
+
+
+def _product_dtype(dtype: torch.dtype, bias: Tensor | None) -> torch.dtype:
+    """The type of the product plus the bias, for a product in ``dtype``."""
+    return dtype if bias is None else torch.promote_types(dtype, bias.dtype)
 
 
 def _input_dtype(
@@ -226,19 +260,28 @@ def _forward_body(
     precision: str,
     dtype: torch.dtype,
     project_first: bool,
+    epilogue: epi.Epilogue | None = None,
 ) -> tuple:
-    """(out, the tensor the backward multiplies by (X W's X, or A X), W in ``dtype``) from x,
-    the features in ``_input_dtype``."""
+    """(out, the tensor the backward multiplies by (X W's X, or A X), W in ``dtype``, the copy
+    of the epilogue's key its dropout drew with or None) from x, the features in
+    ``_input_dtype``. The epilogue adds the bias where no cuBLAS call does."""
     w = None if weight is None else weight.to(dtype)
+    key = None
+    if epilogue is not None and epilogue.threshold:
+        key = epilogue.key.clone()  # the backward draws the mask again from this step's key
     if project_first:
-        out = _spmm(*pattern, values, torch.mm(x, w), shape[0], k, precision, False, *NO_TRANSPOSE)
-        return (out if bias is None else out + bias), x, w
-    saved = _spmm(
-        *pattern, values, x, shape[0], k, precision, x.dtype == torch.float32, *NO_TRANSPOSE
-    ).to(dtype)
-    if w is not None:
-        return _project(saved, w, bias), saved, w
-    return (saved if bias is None else saved + bias), saved, w
+        y = _spmm(*pattern, values, torch.mm(x, w), shape[0], k, precision, False, *NO_TRANSPOSE)
+        saved = x
+    else:
+        saved = _spmm(
+            *pattern, values, x, shape[0], k, precision, x.dtype == torch.float32, *NO_TRANSPOSE
+        ).to(dtype)
+        y = saved
+        if w is not None:
+            y, bias = _project(saved, w, bias), None
+    if epilogue is not None:
+        return epi.apply(y, bias, epilogue, key), saved, w, key
+    return (y if bias is None else y + bias), saved, w, key
 
 
 def _backward_body(
@@ -320,6 +363,7 @@ def graph_conv(
     *,
     values: Tensor | None = None,
     replay: NodeReplay | None = None,
+    epilogue: epi.Epilogue | None = None,
 ) -> Tensor:
     """``A (feat W) + bias`` when W has more rows than columns, else ``(A feat) W + bias``.
 
@@ -327,10 +371,12 @@ def graph_conv(
     None (no projection); bias [F_out] (or [F_in] without weight) or None; values: A's values
     in its value layout to use instead of ``a.values``; replay: the calling layer's
     ``NodeReplay``, to replay the kernels from CUDA graphs where it applies (``ops.replay``;
-    the same bits). The SpMM runs in ``precision`` (fp32 accumulation), the projection in
-    autocast's dtype when autocast is on, else in feat's. Returns [N, F_out]. Differentiable
-    in feat, weight and bias to any order (in values too, through the composed ops, when they
-    require a gradient).
+    the same bits); epilogue: ``ops.epilogue.Epilogue``, what follows the bias (ReLU, the next
+    layer's dropout, the cast), applied as the output is written. The SpMM runs in
+    ``precision`` (fp32 accumulation), the projection in autocast's dtype when autocast is on,
+    else in feat's. Returns [N, F_out] (in the epilogue's dtype when it sets one).
+    Differentiable in feat, weight and bias to any order (in values too, through the composed
+    ops, when they require a gradient).
     """
     check_precision(precision)
     values = a.values if values is None else values
@@ -340,8 +386,13 @@ def graph_conv(
         raise ValueError(
             f"weight must have shape ({feat.shape[1]}, out_features), got {tuple(weight.shape)}"
         )
+    if epilogue is not None and epilogue.does_nothing():
+        epilogue = None
+    if epilogue is not None and epilogue.key is not None and epilogue.key.device != feat.device:
+        raise ValueError(f"epilogue key is on {epilogue.key.device}, feat on {feat.device}")
     if tracing() or values.requires_grad:
-        return _composed(a, feat, weight, bias, precision, values)
+        out = _composed(a, feat, weight, None if epilogue else bias, precision, values)
+        return out if epilogue is None else epi.epilogue(out, bias, epilogue)
     # A^T serves dX, and dW when W multiplies first (d(XW) = A^T dOut): not the first layer of
     # a mini-batch, whose input features need no gradient (its block, the largest, then needs
     # no transpose at all)
@@ -359,6 +410,7 @@ def graph_conv(
         (a.n_rows, a.n_cols),
         a.k,
         precision,
+        epilogue,
     )
     plan = None
     if replay is not None and feat.dtype != torch.float64 and replay.applies(feat, a.nnz):
@@ -378,6 +430,7 @@ def _replay_plan(
     shape: tuple,
     k: int,
     precision: str,
+    epilogue: epi.Epilogue | None,
 ) -> tuple[Configuration, Slot | None]:
     """(this call's configuration, the slot its forward replays on, or None to run eagerly)."""
     dtype = _dense_dtype(feat) if weight is not None else feat.dtype
@@ -397,17 +450,22 @@ def _replay_plan(
         precision,
         needs,
         transposed[0] is not None,
+        None if epilogue is None else epilogue.identity(),
     )
     project_first = _projects_first(weight)
     x_dtype = _input_dtype(feat.dtype, precision, dtype, project_first)
     weight_dtype = None if weight is None else weight.dtype
 
+    product_dtype = _product_dtype(dtype, bias)
+
     def grad_input(slot: Slot) -> Tensor:
-        out, _, w = slot.outputs
-        return torch.zeros(out.shape, dtype=out.dtype if w is None else w.dtype, device=out.device)
+        out, _, w, _ = slot.outputs
+        return torch.zeros(
+            out.shape, dtype=product_dtype if w is None else w.dtype, device=out.device
+        )
 
     def backward(slot: Slot, g: Tensor) -> tuple:
-        _, saved, w = slot.outputs
+        _, saved, w, _ = slot.outputs
         return _backward_body(
             g,
             saved,
@@ -425,11 +483,11 @@ def _replay_plan(
 
     return replay.plan(
         key,
-        (a, values, weight, bias),
+        (a, values, weight, bias, None if epilogue is None else epilogue.key),
         feat.device,
         lambda: feat.new_zeros(feat.shape, dtype=x_dtype),
         lambda x: _forward_body(
-            x, weight, bias, values, pattern, shape, k, precision, dtype, project_first
+            x, weight, bias, values, pattern, shape, k, precision, dtype, project_first, epilogue
         ),
         grad_input,
         backward if any(needs) else None,

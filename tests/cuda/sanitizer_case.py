@@ -6,8 +6,8 @@
     compute-sanitizer --tool initcheck $CASE
 
 The mebcrs and hbell cases run under memcheck with ``--report-api-errors no``. Cases: mebcrs,
-cvse, hbell, tca_gcoo and sparse_linear, each function's docstring saying what it runs. Most
-run on ``hub_matrix``, whose hub row splits its window or strip over segments.
+cvse, hbell, tca_gcoo, sparse_linear and gcn_epilogue, each function's docstring saying what it
+runs. Most run on ``hub_matrix``, whose hub row splits its window or strip over segments.
 """
 
 import argparse
@@ -34,6 +34,7 @@ from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
 from flashgnn.formats import CVSE, GCOO, HBELL, TCACSR  # noqa: E402
 from flashgnn.formats.gcoo import GROUPS  # noqa: E402
 from flashgnn.nn import SparseLinear  # noqa: E402
+from flashgnn.ops import epilogue as epi  # noqa: E402
 from flashgnn.ops.replay import NodeReplay  # noqa: E402
 from flashgnn.ops.score_terms import score_terms  # noqa: E402
 from tests.cuda.test_hbell_gpu import clustered_109x79  # noqa: E402
@@ -335,7 +336,34 @@ def sparse_linear() -> None:
     layer(x).square().sum().backward()
 
 
-CASES = {f.__name__: f for f in (mebcrs, cvse, hbell, tca_gcoo, sparse_linear)}
+def gcn_epilogue() -> None:
+    """kernels/epilogue.cu: the forward from and to every type (bias, ReLU, dropout), its
+    backward, on 77 x 45 (no multiple of anything) and an empty matrix; graph_conv with the
+    epilogue forward and backward on ``hub_matrix``, aggregating first and projecting first."""
+    torch.manual_seed(0)
+    key = torch.tensor([5, 6], device="cuda")
+    types = (torch.float16, torch.bfloat16, torch.float32)
+    for rows in (77, 0):
+        for y_dtype in types:
+            for out_dtype in types:
+                y = torch.randn(rows, 45, device="cuda").to(y_dtype)
+                ep = epi.Epilogue(True, 0.3, key, 2, out_dtype)
+                out = epi.apply(y, torch.randn(45, device="cuda"), ep)
+                epi.backward(torch.ones_like(out), out, ep, None, torch.float32)
+    hub = hub_matrix(np.random.default_rng(0))
+    values = hub.data.astype(np.float32)
+    a = MEBCRS.from_csr(hub.indptr, hub.indices, values, n_cols=900, k=8, device="cuda")
+    for f_in, f_out in ((5, 9), (9, 5)):
+        feat = torch.randn(a.n_cols, f_in, device="cuda", requires_grad=True)
+        weight = torch.randn(f_in, f_out, device="cuda", requires_grad=True)
+        bias = torch.randn(f_out, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            ep = epi.Epilogue(True, 0.5, key, 0, torch.float16)
+            out = ops.graph_conv(a, feat, weight, bias, "fp16", epilogue=ep)
+        out.float().square().sum().backward()
+
+
+CASES = {f.__name__: f for f in (mebcrs, cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue)}
 
 
 def main() -> None:
