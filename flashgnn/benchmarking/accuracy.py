@@ -20,9 +20,11 @@ trains the nine tables in the time of the slowest series.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -151,27 +153,32 @@ def measure(
     overrides: list[str],
     out_dir: Path,
     jobs: int = 1,
+    done: Callable[[list[AccuracyRow]], None] | None = None,
 ) -> list[AccuracyRow]:
     """The rows of every config, in the order given (per config the reference's first, then
     each precision's); ``jobs`` > 1 trains that many series (a config in one precision) at
-    once, each in a process of its own."""
+    once, each in a process of its own. ``done(rows)``, when given, sees the rows gathered so
+    far each time the next series in order has finished."""
     if seeds < 1 or jobs < 1:
         raise ValueError(f"--seeds and --jobs must be >= 1, got {seeds} and {jobs}")
     labels = [(None, reference)] if reference else []
     labels += [([p], None) for p in precisions]
     args = [(p, ps or [], seeds, ref, overrides, out_dir) for p in paths for ps, ref in labels]
-    if jobs == 1:
-        series = [config_runs(*a) for a in args]
-    else:
-        with ProcessPoolExecutor(min(jobs, len(args)), mp_context=get_context("spawn")) as pool:
-            series = list(pool.map(config_runs, *zip(*args)))
-    failed = set()  # a config that cannot run fails every series alike: one row says so
-    rows = []
-    for row in (r for rows in series for r in rows):
-        if row.error and row.config in failed:
-            continue
-        failed.update([row.config] if row.error else [])
-        rows.append(row)
+    with contextlib.ExitStack() as stack:
+        if jobs == 1:
+            series = (config_runs(*a) for a in args)
+        else:
+            pool = ProcessPoolExecutor(min(jobs, len(args)), mp_context=get_context("spawn"))
+            series = stack.enter_context(pool).map(config_runs, *zip(*args))
+        failed = set()  # a config that cannot run fails every series alike: one row says so
+        rows = []
+        for finished in series:
+            for row in finished:
+                if not (row.error and row.config in failed):
+                    failed.update([row.config] if row.error else [])
+                    rows.append(row)
+            if done is not None:
+                done(list(rows))
     return rows
 
 
@@ -220,15 +227,15 @@ def failures(rows: list[AccuracyRow]) -> list[str]:
     return [f"{r.config}: {r.error}" for r in rows if r.error]
 
 
-def kept_rows(path: Path, rows: list[AccuracyRow]) -> tuple[list[AccuracyRow], str]:
-    """The rows of the CSV ``path`` whose configs ``rows`` do not hold, then ``rows``; and
-    the line that says where the kept rows come from (its run's commit and command, and the
-    earlier such lines), "" when none is kept."""
-    configs = {r.config for r in rows}
-    kept = [r for r in table.read_csv(path, AccuracyRow) if r.config not in configs]
+def kept_rows(
+    previous: list[AccuracyRow], env: dict, running: set[str], rows: list[AccuracyRow]
+) -> tuple[list[AccuracyRow], str]:
+    """The ``previous`` rows (an earlier CSV's, written with the stamp ``env``) of the configs
+    not ``running`` now, then ``rows``; and the line that says where the kept rows come from
+    (their run's commit and command, and the earlier such lines), "" when none is kept."""
+    kept = [r for r in previous if r.config not in running]
     if not kept:
         return rows, ""
-    env = table.read_environment(path) or {}
     names = ", ".join(dict.fromkeys(r.config for r in kept))
     note = (
         f"Rows of {names} from an earlier run: commit `{env.get('commit', 'unknown')[:7]}`, "
@@ -253,18 +260,29 @@ def run(args) -> int:
     if args.data is not None:
         overrides.append(f"dataset.root={args.data}")
     reference = None if args.no_reference else REFERENCE
+    env = environment(Timer(device)) if args.csv is not None else None
+    previous, previous_env = [], {}
+    if args.csv is not None and args.append and args.csv.is_file():
+        previous = table.read_csv(args.csv, AccuracyRow)
+        previous_env = table.read_environment(args.csv) or {}
+    running = {p.stem for p in paths}
+
+    def write(rows: list[AccuracyRow]) -> None:
+        """The CSV as it stands, rewritten after every series: a run cut short keeps the
+        series it finished."""
+        if args.csv is None:
+            return
+        rows, note = kept_rows(previous, previous_env, running, rows)
+        table.write_csv(rows, args.csv, {**env, **({"note": note} if note else {})}, AccuracyRow)
+
     with tempfile.TemporaryDirectory(prefix="flashgnn-accuracy-") as scratch:
         out_dir = args.runs if args.runs is not None else Path(scratch)
-        rows = measure(paths, precisions, args.seeds, reference, overrides, out_dir, args.jobs)
+        rows = measure(
+            paths, precisions, args.seeds, reference, overrides, out_dir, args.jobs, write
+        )
     print(table.text_table(*summary(rows)))
     for line in failures(rows):
         print(f"failed: {line}", file=sys.stderr)
     if args.csv is not None:
-        env = environment(Timer(device))
-        if args.append and args.csv.is_file():
-            rows, note = kept_rows(args.csv, rows)
-            if note:
-                env["note"] = note
-        table.write_csv(rows, args.csv, env, AccuracyRow)
         print(f"wrote {args.csv}")
     return 1 if failures(rows) else 0

@@ -169,3 +169,17 @@ def test_the_runs_on_the_gpu_in_two_processes(tmp_path):
     rows = table.read_csv(out, AccuracyRow)
     assert len(rows) == 2 * 5 * 2 and not any(r.error for r in rows)
     assert table.read_environment(out)["gpu"]
+
+
+def test_each_finished_series_is_handed_on_so_a_run_cut_short_keeps_it(tmp_path):
+    configs = [_config(tmp_path, "gcn")]
+    seen = []
+    rows = accuracy.measure(
+        configs, ["fp32", "bf16"], 2, "pyg", ["train.device=cpu"], tmp_path, 1, seen.append
+    )
+    # rows are handed on in the table's order: the twin's series, then each precision's
+    assert [[(r.impl, r.seed) for r in s] for s in seen] == [
+        [("pyg", 0), ("pyg", 1)][:n] + [(i, s) for i in ("fp32", "bf16") for s in (0, 1)][: n - 2]
+        for n in (2, 4, 6)
+    ]
+    assert seen[-1] == rows
