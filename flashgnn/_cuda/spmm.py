@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from ..tensor_cache import TensorCache
+from . import hybrid, spmm_fp32
 from .runtime import (
     aligned16,
     current_stream,
@@ -206,58 +207,71 @@ def spmm_tensor_core(
     if features not in (2, 4, 8):
         raise ValueError(f"spmm: features per lane must be 2, 4 or 8, got {features}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
-    workspace = split_workspace(seg, n, out)
-    aligned = n % 8 == 0 and aligned16(xs, out, workspace)
-    fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
-    chunks = -(-n // (8 * features))
-    per_way = chunk_warps(chunks, ways)
-    per_segment = per_way * ways
-    segments_per_block = WARPS_PER_BLOCK // per_segment
-    chunk_groups = -(-chunks // per_way)
-    segment_groups = -(-seg.n_segments // segments_per_block)
-    staged_bytes = (
-        5 + 8 * STORAGE[precision].itemsize
-    )  # a column index, a mask and 8 values per vector
-    way_bytes = (
-        WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0
-    )  # fp32 sums of every lane
     stream = current_stream(x.device)
-    kernel = _kernel_name(
-        precision, k, out_dtype, features, None if gat is None else gat.transposed
-    )
-    dependent = launched_dependent(SOURCE, kernel, x.device)
-    preamble = preamble_for(seg, vals, dependent)
-    launch(
-        SOURCE,
-        kernel,
-        x.device,
-        (segment_groups, chunk_groups),
-        (32 * WARPS_PER_BLOCK,),
-        ptr(col_idx),
-        0 if vals is None else ptr(vals),
-        ptr(vec_mask),
-        *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
-        ptr(workspace),
-        ptr(seg.counters(chunks, stream)),
-        fuse_max,
-        seg.n_segments,
-        seg.seg_vectors,
-        per_segment,
-        ways,
-        n_rows,
-        n,
-        aligned,
-        preamble,
-        ptr(xs),
-        ptr(out),
-        *gat_args,
-        shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes,
-        stream=stream,
-    )
-    seg.launched = True
-    if dependent and vals is not None and preamble != PATTERN_AND_VALUES:  # only preambles read it
-        _VALUES_READ.set(vals, True)
-    reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
+    # windows of sparse vectors on CUDA cores (hybrid.py); GAT's computed attention and output
+    # types the CUDA-core kernel is not instantiated for keep every window here
+    split = None
+    if gat is None and out_dtype in spmm_fp32.HYBRID_OUTPUTS[precision][1]:
+        split = hybrid.window_split(row_ptr, vec_mask, hybrid.sparse_below(n))
+        if split is not None:
+            seg = split.segments(seg, on_cuda_cores=False)
+    if seg.n_segments:
+        workspace = split_workspace(seg, n, out)
+        aligned = n % 8 == 0 and aligned16(xs, out, workspace)
+        fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
+        chunks = -(-n // (8 * features))
+        per_way = chunk_warps(chunks, ways)
+        per_segment = per_way * ways
+        segments_per_block = WARPS_PER_BLOCK // per_segment
+        chunk_groups = -(-chunks // per_way)
+        segment_groups = -(-seg.n_segments // segments_per_block)
+        staged_bytes = (
+            5 + 8 * STORAGE[precision].itemsize
+        )  # a column index, a mask and 8 values per vector
+        way_bytes = (
+            WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0
+        )  # fp32 sums of every lane
+        kernel = _kernel_name(
+            precision, k, out_dtype, features, None if gat is None else gat.transposed
+        )
+        dependent = launched_dependent(SOURCE, kernel, x.device)
+        preamble = preamble_for(seg, vals, dependent)
+        launch(
+            SOURCE,
+            kernel,
+            x.device,
+            (segment_groups, chunk_groups),
+            (32 * WARPS_PER_BLOCK,),
+            ptr(col_idx),
+            0 if vals is None else ptr(vals),
+            ptr(vec_mask),
+            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
+            ptr(workspace),
+            ptr(seg.counters(chunks, stream)),
+            fuse_max,
+            seg.n_segments,
+            seg.seg_vectors,
+            per_segment,
+            ways,
+            n_rows,
+            n,
+            aligned,
+            preamble,
+            ptr(xs),
+            ptr(out),
+            *gat_args,
+            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes,
+            stream=stream,
+        )
+        seg.launched = True
+        # only preambles read it
+        if dependent and vals is not None and preamble != PATTERN_AND_VALUES:
+            _VALUES_READ.set(vals, True)
+        reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
+    if split is not None:
+        spmm_fp32.spmm_sparse_windows(
+            split, row_ptr, col_idx, vec_mask, vals, xs, out, k, precision, stream
+        )
     return out
 
 
