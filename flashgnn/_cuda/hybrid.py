@@ -52,12 +52,12 @@ def parse_below(raw: str | float) -> float:
     return below
 
 
-def _from_environment() -> float | None:
+def from_environment() -> float | None:
     raw = os.environ.get(ENV, "").strip()
     return parse_below(raw) if raw else None
 
 
-forced_below: float | None = _from_environment()
+forced_below: float | None = from_environment()
 
 
 def sparse_below(n: int) -> float:

@@ -357,7 +357,7 @@ def hybrid_spmm() -> None:
                 skewed = torch.randn(900 * 32 + 1, device="cuda").to(dtype)[1:].view(900, 32)
                 ops.spmm(f, skewed, precision)
     finally:
-        hybrid.forced_below = hybrid._from_environment()
+        hybrid.forced_below = hybrid.from_environment()
 
 
 CASES = {

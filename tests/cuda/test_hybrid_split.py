@@ -119,9 +119,9 @@ def test_threshold_table_environment_and_forcing(monkeypatch):
     monkeypatch.setattr(hybrid, "forced_below", 2.0)
     assert hybrid.sparse_below(32) == hybrid.sparse_below(256) == 2.0
     monkeypatch.setenv(hybrid.ENV, "inf")
-    assert hybrid._from_environment() == math.inf
+    assert hybrid.from_environment() == math.inf
     monkeypatch.setenv(hybrid.ENV, "")
-    assert hybrid._from_environment() is None
+    assert hybrid.from_environment() is None
 
 
 def test_the_default_keeps_every_window_on_tensor_cores():
