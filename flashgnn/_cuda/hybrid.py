@@ -11,10 +11,10 @@ the CUDA-core side when any other window does (the CUDA-core kernel writes their
 a threshold that sends every window there makes one launch.
 
 The split is made once per pattern and threshold (the windows' nonzeros are counted on the
-device, one synchronisation) and cached with the pattern, as its segments are: the
-tensor-core SpMM (spmm.py) launches on the dense windows' segments, then the CUDA-core kernel
-(spmm_fp32.spmm_sparse_windows) on the sparse ones', on the same stream; each writes only its
-windows' rows of the output.
+device, one synchronisation) and cached with the pattern, as its segments are. ``spmm_hybrid``,
+the ME-BCRS SpMM op's CUDA path for fp16/bf16/tf32, launches the tensor-core SpMM (spmm.py)
+on the dense windows' segments, then the CUDA-core kernel (spmm_fp32.spmm_sparse_windows) on
+the sparse ones', on the same stream; each writes only its windows' rows of the output.
 
 SPARSE_BELOW is 0 (every window on tensor cores) until it is measured
 (benchmarks/hybrid_sweep.py). The environment variable FLASHGNN_HYBRID_BELOW, read at import,
@@ -30,6 +30,9 @@ import torch
 
 from ..pattern_nnz import vector_nnz
 from ..tensor_cache import TensorCache, built_for_reuse
+from . import spmm as tensor_core
+from . import spmm_fp32 as cuda_core
+from .runtime import current_stream
 from .segments import Segments
 
 # (N at most, None for any; nonzeros per vector below which a window runs on CUDA cores), first
@@ -133,3 +136,31 @@ def window_split(row_ptr: torch.Tensor, vec_mask: torch.Tensor, below: float) ->
     if hit is None:  # vec_mask kept in the entry, so its id is not reused while cached
         hit = built[key] = (vec_mask, built_for_reuse(lambda: _build(row_ptr, vec_mask, below)))
     return hit[1]
+
+
+def spmm_hybrid(
+    row_ptr, col_idx, vec_mask, values, x, n_rows: int, k: int, precision: str, out_dtype
+) -> torch.Tensor:
+    """Y = A @ X for A in ME-BCRS (arguments and result as spmm.spmm_tensor_core's, values
+    given), precision fp16, bf16 or tf32: the windows ``window_split`` sends to CUDA cores at
+    ``sparse_below(N)`` there, the others on tensor cores; every window on tensor cores when
+    there is no split, or for an output type the CUDA-core kernel is not instantiated for
+    (spmm_fp32.HYBRID_OUTPUTS)."""
+    split = None
+    if out_dtype in cuda_core.HYBRID_OUTPUTS[precision][1]:
+        split = window_split(row_ptr, vec_mask, sparse_below(x.shape[1]))
+    if split is None:
+        return tensor_core.spmm_tensor_core(
+            row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_dtype
+        )
+    # converted once, for both launches (the tensor-core launcher takes them as they are)
+    xs, vals, _ = tensor_core.dense_operands(x, values, 0, precision, out_dtype)
+    out = tensor_core.spmm_tensor_core(
+        row_ptr, col_idx, vec_mask, vals, xs, n_rows, k, precision, out_dtype, dense_windows=split
+    )
+    if xs.shape[1] and n_rows:
+        stream = current_stream(x.device)
+        cuda_core.spmm_sparse_windows(
+            split, row_ptr, col_idx, vec_mask, vals, xs, out, k, precision, stream
+        )
+    return out

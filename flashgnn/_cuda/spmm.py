@@ -7,7 +7,6 @@ from typing import NamedTuple
 import torch
 
 from ..tensor_cache import TensorCache
-from . import hybrid, spmm_fp32
 from .runtime import (
     aligned16,
     current_stream,
@@ -161,6 +160,7 @@ def spmm_tensor_core(
     features: int | None = None,
     ways: int | None = None,
     gat: GatAttention | None = None,
+    dense_windows=None,
 ) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
@@ -168,7 +168,9 @@ def spmm_tensor_core(
     computed as they are staged, and ``values`` is None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
     ``features`` (per lane, 2, 4 or 8) override the tuned work split; at one
-    ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
+    ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are.
+    ``dense_windows`` (a hybrid.WindowSplit): only the windows it leaves on tensor cores are
+    computed, the other rows of the output are left unwritten (hybrid.spmm_hybrid fills them)."""
     n = x.shape[1]
     if (values is None) != (gat is not None):
         raise ValueError("spmm: give A's values, or GAT's attention to compute them from, not both")
@@ -208,13 +210,8 @@ def spmm_tensor_core(
         raise ValueError(f"spmm: features per lane must be 2, 4 or 8, got {features}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
     stream = current_stream(x.device)
-    # windows of sparse vectors on CUDA cores (hybrid.py); GAT's computed attention and output
-    # types the CUDA-core kernel is not instantiated for keep every window here
-    split = None
-    if gat is None and out_dtype in spmm_fp32.HYBRID_OUTPUTS[precision][1]:
-        split = hybrid.window_split(row_ptr, vec_mask, hybrid.sparse_below(n))
-        if split is not None:
-            seg = split.segments(seg, on_cuda_cores=False)
+    if dense_windows is not None:
+        seg = dense_windows.segments(seg, on_cuda_cores=False)
     if seg.n_segments:
         workspace = split_workspace(seg, n, out)
         aligned = n % 8 == 0 and aligned16(xs, out, workspace)
@@ -268,10 +265,6 @@ def spmm_tensor_core(
         if dependent and vals is not None and preamble != PATTERN_AND_VALUES:
             _VALUES_READ.set(vals, True)
         reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
-    if split is not None:
-        spmm_fp32.spmm_sparse_windows(
-            split, row_ptr, col_idx, vec_mask, vals, xs, out, k, precision, stream
-        )
     return out
 
 
