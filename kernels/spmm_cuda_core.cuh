@@ -153,22 +153,29 @@ __device__ __forceinline__ Vector load_vector(const int* __restrict__ col_idx, c
     return v;
 }
 
+// Where row r of segment s goes: its partial-sum row in the workspace (a split window), else
+// its row of y; nullptr past the matrix's last row.
+__device__ __forceinline__ float* row_out(const WindowSegment& s, int r, i64 n_rows, int n, float* y,
+                                          float* workspace) {
+    if (s.part >= 0) return workspace + ((i64)s.part * WINDOW + r) * n;
+    const i64 row = s.window * WINDOW + r;
+    return row < n_rows ? y + row * n : nullptr;
+}
+
 // Stores the sums v of row r of segment s (features f ..): to its fp32 partial-sum row in the
 // workspace (a split window), else to its row of y in OutTag's type; nothing past the last row.
 template <typename OutTag, int VW>
 __device__ __forceinline__ void store_row(const WindowSegment& s, int r, i64 n_rows, int n, int f,
                                           typename OutTag::T* y, float* workspace, const float (&v)[VW]) {
-    if (s.part >= 0) {
-        store_features<VW>(workspace + ((i64)s.part * WINDOW + r) * n + f, v);
-        return;
-    }
-    const i64 row = s.window * WINDOW + r;
-    if (row >= n_rows) return;
     if constexpr (sizeof(typename OutTag::T) == 4) {
-        store_features<VW>(y + row * n + f, v);
-    } else {
+        float* dst = row_out(s, r, n_rows, n, y, workspace);
+        if (dst != nullptr) store_features<VW>(dst + f, v);
+    } else if (s.part >= 0) {
+        store_features<VW>(workspace + ((i64)s.part * WINDOW + r) * n + f, v);
+    } else if (s.window * WINDOW + r < n_rows) {
+        typename OutTag::T* dst = y + (s.window * WINDOW + r) * n + f;
 #pragma unroll
-        for (int e = 0; e < VW; ++e) y[row * n + f + e] = from_float(v[e], OutTag());
+        for (int e = 0; e < VW; ++e) dst[e] = from_float(v[e], OutTag());
     }
 }
 
