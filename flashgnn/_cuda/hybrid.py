@@ -67,7 +67,10 @@ def sparse_below(n: int) -> float:
     """The threshold (nonzeros per vector) for an SpMM of N = n feature columns."""
     if forced_below is not None:
         return forced_below
-    return next(below for most, below in SPARSE_BELOW if most is None or n <= most)
+    for most, below in SPARSE_BELOW:
+        if most is None or n <= most:
+            return below
+    return 0.0
 
 
 def window_sizes(row_ptr: torch.Tensor, vec_mask: torch.Tensor) -> tuple:
