@@ -19,9 +19,14 @@ def remember_nnz(vec_mask: torch.Tensor, nnz: int) -> None:
     _NNZ.set(vec_mask, nnz)
 
 
+def vector_nnz(vec_mask: torch.Tensor) -> torch.Tensor:
+    """int64 [n_vectors] on vec_mask's device: the nonzeros of each vector (its mask's set bits)."""
+    return _BITS.to(vec_mask.device)[vec_mask.long()]
+
+
 def pattern_nnz(vec_mask: torch.Tensor) -> int:
     """Nonzeros of the pattern whose vectors' row masks are ``vec_mask`` (uint8 [n_vectors])."""
     hit = _NNZ.get(vec_mask)
     if hit is None:
-        hit = _NNZ.set(vec_mask, int(_BITS.to(vec_mask.device)[vec_mask.long()].sum()))
+        hit = _NNZ.set(vec_mask, int(vector_nnz(vec_mask).sum()))
     return hit

@@ -562,3 +562,13 @@ DECLARED["epilogue.cu"] = {
         ("grad_in", "T*"),
     ),
 }
+
+# kernels/spmm_hybrid.cu: the hybrid SpMM's sparse windows on CUDA cores (flashgnn/_cuda/hybrid.py)
+DECLARED["spmm_hybrid.cu"] = {
+    "spmm_sparse_windows": KernelParams(
+        *list(DECLARED["spmm_fp32.cu"]["spmm_fp32"])[:13],  # the same but for x and y
+        ("x", "const T*"),
+        ("y", "T*"),
+        ("workspace", "float*"),
+    ),
+}

@@ -121,6 +121,36 @@ class Segments:
             )
         return hit
 
+    def of_windows(self, keep: torch.Tensor) -> Segments:
+        """The segments of the windows where ``keep`` (bool [n_windows], on this device) holds,
+        in their order here; the split windows among them are renumbered (``split``, the split
+        tables), their workspace slots (``part``) kept, so ``n_parts`` stays as it is (0 when
+        none is kept) and a workspace sized by it still fits. Synchronises (the sizes are
+        read): built once per pattern, like the segments themselves."""
+        kept = torch.nonzero(keep[self.window.long()]).flatten()
+        split_kept = keep[self.split_window.long()]
+        renumber = torch.cumsum(split_kept, 0, dtype=torch.int32) - 1
+        split = self.split[kept]
+        if self.n_split:
+            split = torch.where(split >= 0, renumber[split.clamp(min=0).long()], split)
+        splits = torch.nonzero(split_kept).flatten()
+        split_count = self.split_count[splits]
+        most_parts = int(split_count.max()) if splits.numel() else min(kept.numel(), 1)
+        return Segments(
+            self.window[kept],
+            self.begin[kept],
+            self.first[kept],
+            self.count[kept],
+            self.part[kept],
+            split,
+            self.split_window[splits],
+            self.split_part[splits],
+            split_count,
+            self.seg_vectors,
+            self.n_parts if splits.numel() else 0,  # no slot is used when no split window is kept
+            most_parts,
+        )
+
     def counters(self, chunks: int, stream: int) -> torch.Tensor:
         """int32 zeros [n_split, chunks]: per split window and feature chunk, the segments a
         kernel has finished. Kernels leave them at zero, so one tensor per (chunks, stream)

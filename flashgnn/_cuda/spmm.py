@@ -160,6 +160,7 @@ def spmm_tensor_core(
     features: int | None = None,
     ways: int | None = None,
     gat: GatAttention | None = None,
+    dense_windows=None,
 ) -> torch.Tensor:
     """Y = A @ X on tensor cores; precision in {"fp16", "bf16", "tf32"}, fp32 accumulation.
     x [n_cols, N] of any float dtype (rounded to the precision's storage type first).
@@ -167,7 +168,9 @@ def spmm_tensor_core(
     computed as they are staged, and ``values`` is None.
     ``seg_vectors`` (a power of two, 64 to 256), ``ways`` (1, 2 or 4), ``fuse_max_parts`` and
     ``features`` (per lane, 2, 4 or 8) override the tuned work split; at one
-    ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are."""
+    ``seg_vectors`` and ``ways`` the result is the same bits whatever the others are.
+    ``dense_windows`` (a hybrid.WindowSplit): only the windows it leaves on tensor cores are
+    computed, the other rows of the output are left unwritten (hybrid.spmm_hybrid fills them)."""
     n = x.shape[1]
     if (values is None) != (gat is not None):
         raise ValueError("spmm: give A's values, or GAT's attention to compute them from, not both")
@@ -206,58 +209,62 @@ def spmm_tensor_core(
     if features not in (2, 4, 8):
         raise ValueError(f"spmm: features per lane must be 2, 4 or 8, got {features}")
     seg = segments_for(row_ptr, seg_vectors or tuned_seg, col_idx)
-    workspace = split_workspace(seg, n, out)
-    aligned = n % 8 == 0 and aligned16(xs, out, workspace)
-    fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
-    chunks = -(-n // (8 * features))
-    per_way = chunk_warps(chunks, ways)
-    per_segment = per_way * ways
-    segments_per_block = WARPS_PER_BLOCK // per_segment
-    chunk_groups = -(-chunks // per_way)
-    segment_groups = -(-seg.n_segments // segments_per_block)
-    staged_bytes = (
-        5 + 8 * STORAGE[precision].itemsize
-    )  # a column index, a mask and 8 values per vector
-    way_bytes = (
-        WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0
-    )  # fp32 sums of every lane
     stream = current_stream(x.device)
-    kernel = _kernel_name(
-        precision, k, out_dtype, features, None if gat is None else gat.transposed
-    )
-    dependent = launched_dependent(SOURCE, kernel, x.device)
-    preamble = preamble_for(seg, vals, dependent)
-    launch(
-        SOURCE,
-        kernel,
-        x.device,
-        (segment_groups, chunk_groups),
-        (32 * WARPS_PER_BLOCK,),
-        ptr(col_idx),
-        0 if vals is None else ptr(vals),
-        ptr(vec_mask),
-        *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
-        ptr(workspace),
-        ptr(seg.counters(chunks, stream)),
-        fuse_max,
-        seg.n_segments,
-        seg.seg_vectors,
-        per_segment,
-        ways,
-        n_rows,
-        n,
-        aligned,
-        preamble,
-        ptr(xs),
-        ptr(out),
-        *gat_args,
-        shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes,
-        stream=stream,
-    )
-    seg.launched = True
-    if dependent and vals is not None and preamble != PATTERN_AND_VALUES:  # only preambles read it
-        _VALUES_READ.set(vals, True)
-    reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
+    if dense_windows is not None:
+        seg = dense_windows.segments(seg, on_cuda_cores=False)
+    if seg.n_segments:
+        workspace = split_workspace(seg, n, out)
+        aligned = n % 8 == 0 and aligned16(xs, out, workspace)
+        fuse_max = fuse_max_parts if aligned else 0  # the in-kernel sum reads whole 16-byte groups
+        chunks = -(-n // (8 * features))
+        per_way = chunk_warps(chunks, ways)
+        per_segment = per_way * ways
+        segments_per_block = WARPS_PER_BLOCK // per_segment
+        chunk_groups = -(-chunks // per_way)
+        segment_groups = -(-seg.n_segments // segments_per_block)
+        staged_bytes = (
+            5 + 8 * STORAGE[precision].itemsize
+        )  # a column index, a mask and 8 values per vector
+        way_bytes = (
+            WARPS_PER_BLOCK * 32 * 2 * features * 4 if ways > 1 else 0
+        )  # fp32 sums of every lane
+        kernel = _kernel_name(
+            precision, k, out_dtype, features, None if gat is None else gat.transposed
+        )
+        dependent = launched_dependent(SOURCE, kernel, x.device)
+        preamble = preamble_for(seg, vals, dependent)
+        launch(
+            SOURCE,
+            kernel,
+            x.device,
+            (segment_groups, chunk_groups),
+            (32 * WARPS_PER_BLOCK,),
+            ptr(col_idx),
+            0 if vals is None else ptr(vals),
+            ptr(vec_mask),
+            *seg.pointers("window", "first", "count", "part", "split", "split_part", "split_count"),
+            ptr(workspace),
+            ptr(seg.counters(chunks, stream)),
+            fuse_max,
+            seg.n_segments,
+            seg.seg_vectors,
+            per_segment,
+            ways,
+            n_rows,
+            n,
+            aligned,
+            preamble,
+            ptr(xs),
+            ptr(out),
+            *gat_args,
+            shmem=segments_per_block * seg.seg_vectors * staged_bytes + way_bytes,
+            stream=stream,
+        )
+        seg.launched = True
+        # only preambles read it
+        if dependent and vals is not None and preamble != PATTERN_AND_VALUES:
+            _VALUES_READ.set(vals, True)
+        reduce_split_windows(seg, workspace, n_rows, out, longer_than=fuse_max)
     return out
 
 

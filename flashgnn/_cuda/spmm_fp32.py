@@ -97,6 +97,39 @@ SOURCE = register(
         + [_kernel(4, lanes, v, tf32=True) for lanes in _TF32_LANES for v in VARIANTS]
     ),
 )
+
+# The hybrid SpMM's sparse windows (kernels/spmm_hybrid.cu, flashgnn/_cuda/hybrid.py): the
+# kernel's precisions (mma.cuh's Precision) and, for each, the output types instantiated (the
+# precision's storage type, or float32 for out_fp32).
+HYBRID_OUTPUTS = {
+    "fp16": ("fg::FP16", {torch.float16: "fg::Half", torch.float32: "fg::Float"}),
+    "bf16": ("fg::BF16", {torch.bfloat16: "fg::BFloat16", torch.float32: "fg::Float"}),
+    "tf32": ("fg::TF32", {torch.float32: "fg::Float"}),
+}
+
+
+def _sparse_windows_kernel(
+    features: int, lanes: int, variant: Variant, precision: str, out_dtype: torch.dtype
+) -> str:
+    p, tags = HYBRID_OUTPUTS[precision]
+    flags = ", ".join(str(f).lower() for f in (variant.shared, variant.prefetch))
+    return (
+        f"fg::spmm32::spmm_sparse_windows<{features}, {lanes}, "
+        f"{min(lanes, variant.in_flight)}, {flags}, {p}, {tags[out_dtype]}>"
+    )
+
+
+HYBRID_SOURCE = register(
+    "spmm_hybrid.cu",
+    dict.fromkeys(  # unaligned x or N % 4 != 0 (features 1) takes the register sums only
+        _sparse_windows_kernel(vw, lanes, v, p, d)
+        for p, (_, tags) in HYBRID_OUTPUTS.items()
+        for d in tags
+        for vw in _FEATURES
+        for lanes in _LANES
+        for v in (VARIANTS if vw == 4 else (REGISTERS,))
+    ),
+)
 _WARPS = 4  # warps per block
 _CONVERTIBLE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -234,3 +267,58 @@ def spmm_fp32(
     )
     tensor_core_spmm.reduce_split_windows(seg, workspace, n_rows, y)
     return y
+
+
+def spmm_sparse_windows(
+    split,
+    row_ptr: torch.Tensor,
+    col_idx: torch.Tensor,
+    vec_mask: torch.Tensor,
+    values: torch.Tensor,
+    xs: torch.Tensor,
+    out: torch.Tensor,
+    k: int,
+    precision: str,
+    stream: int,
+) -> None:
+    """The rows of ``out`` [n_rows, N] of the windows ``split`` (a hybrid.WindowSplit) sends to
+    CUDA cores, from values float32 [8 * n_vectors] and xs [n_cols, N], both contiguous, xs
+    in the precision's storage type (spmm.dense_operands); out float32 or that storage type
+    (HYBRID_OUTPUTS). Inputs rounded to ``precision`` as read, fp32 sums; the other rows of
+    out are left as they are."""
+    n = xs.shape[1]
+    features = features_per_lane(n, xs)
+    seg_vectors, lanes = work_split(n, split.sparse_vectors, features)
+    seg = split.segments(segments_for(row_ptr, seg_vectors, col_idx), on_cuda_cores=True)
+    variant = (
+        kernel_variant(n, split.sparse_vectors, split.sparse_nnz, xs.shape[0])
+        if features == 4
+        else REGISTERS
+    )
+    workspace = tensor_core_spmm.split_workspace(seg, n, out)
+    n_tiles = -(-n // (lanes * features))
+    warps = seg.n_segments * n_tiles
+    launch(
+        HYBRID_SOURCE,
+        _sparse_windows_kernel(features, lanes, variant, precision, out.dtype),
+        out.device,
+        (-(-warps // _WARPS),),
+        (32 * _WARPS,),
+        ptr(row_ptr),
+        ptr(col_idx),
+        ptr(vec_mask),
+        ptr(values),
+        *seg.pointers("window", "begin", "part"),
+        seg.n_segments,
+        seg.seg_vectors,
+        k.bit_length() - 1,
+        out.shape[0],
+        n,
+        n_tiles,
+        ptr(xs),
+        ptr(out),
+        ptr(workspace),
+        shmem=_WARPS * 8 * 32 * features * 4 if variant.shared else 0,
+        stream=stream,
+    )
+    tensor_core_spmm.reduce_split_windows(seg, workspace, out.shape[0], out)

@@ -21,6 +21,7 @@ trains the nine tables in the time of the slowest series.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -168,7 +169,15 @@ def measure(
         if jobs == 1:
             series = (config_runs(*a) for a in args)
         else:
-            pool = ProcessPoolExecutor(min(jobs, len(args)), mp_context=get_context("spawn"))
+            workers = min(jobs, len(args))
+            # each worker takes its share of the host's cores: a cora run is bound by the
+            # host, and workers of a core count's threads each slow each other down
+            pool = ProcessPoolExecutor(
+                workers,
+                mp_context=get_context("spawn"),
+                initializer=torch.set_num_threads,
+                initargs=(max(1, (os.cpu_count() or 1) // workers),),
+            )
             series = stack.enter_context(pool).map(config_runs, *zip(*args))
         failed = set()  # a config that cannot run fails every series alike: one row says so
         rows = []

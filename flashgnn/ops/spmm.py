@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._cuda import spmm as cuda_spmm
+from .._cuda import hybrid
 from .._cuda import spmm_fp32 as cuda_spmm_fp32
 from ..formats.mebcrs import MEBCRS
 from ._pattern import check_values, pattern_args, transpose_args
@@ -16,7 +16,8 @@ from .reference import spmm_reference
 
 def _spmm(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32, *transpose):
     """The op's implementation (arguments: ``SPMM_SCHEMA``): the CUDA kernels for CUDA inputs
-    up to float32 (fp32 on CUDA cores, tf32 too on large graphs), else the reference. The A^T
+    up to float32 (fp32 on CUDA cores, tf32 too on large graphs; fp16/bf16/tf32 on tensor
+    cores, their sparse windows on CUDA cores where hybrid.py says), else the reference. The A^T
     tensors ``transpose`` are only for the backward."""
     if x.device.type != "cuda" or torch.float64 in (values.dtype, x.dtype):
         return spmm_reference(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32)
@@ -27,7 +28,7 @@ def _spmm(row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision, out_fp32,
             row_ptr, col_idx, vec_mask, values, x, n_rows, k, precision=precision
         )
         return y if out_fp32 else y.to(x.dtype)
-    return cuda_spmm.spmm_tensor_core(
+    return hybrid.spmm_hybrid(
         row_ptr,
         col_idx,
         vec_mask,

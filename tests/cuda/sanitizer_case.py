@@ -6,8 +6,8 @@
     compute-sanitizer --tool initcheck $CASE
 
 The mebcrs and hbell cases run under memcheck with ``--report-api-errors no``. Cases: mebcrs,
-cvse, hbell, tca_gcoo, sparse_linear and gcn_epilogue, each function's docstring saying what it
-runs. Most run on ``hub_matrix``, whose hub row splits its window or strip over segments.
+cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue and hybrid, each function's docstring saying
+what it runs. Most run on ``hub_matrix``, whose hub row splits its window or strip over segments.
 """
 
 import argparse
@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from flashgnn import MEBCRS, ops  # noqa: E402
-from flashgnn._cuda import segments  # noqa: E402
+from flashgnn._cuda import hybrid, segments  # noqa: E402
 from flashgnn._cuda.gcoo import FEATURES, gcoo_spmm_cuda  # noqa: E402
 from flashgnn._cuda.sddmm import sddmm_cuda_cores  # noqa: E402
 from flashgnn._cuda.sparse_linear import (  # noqa: E402
@@ -363,7 +363,45 @@ def gcn_epilogue() -> None:
         out.float().square().sum().backward()
 
 
-CASES = {f.__name__: f for f in (mebcrs, cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue)}
+def hybrid_spmm() -> None:
+    """The hybrid SpMM (sparse windows on CUDA cores, kernels/spmm_hybrid.cu) on ``hub_matrix``
+    with an empty window and a window of full vectors (rows 48..55 on columns 0..19), at
+    thresholds 2 (the full window on tensor cores, the rest, the hub's window split over
+    segments and reduced, on CUDA cores) and infinity (CUDA cores only), fp16, bf16 and tf32,
+    output in the storage type and fp32, N = 7 (one feature per lane) and 32, and x
+    misaligned for vector loads."""
+    rng = np.random.default_rng(7)
+    a = hub_matrix(rng, empty_rows=(8, 9, 10, 11, 12, 13, 14, 15, 40))
+    full = sp.csr_matrix(
+        (np.ones(160), (np.repeat(np.arange(48, 56), 20), np.tile(np.arange(20), 8))),
+        shape=a.shape,
+    )
+    a = (a + full).tocsr()
+    a.sum_duplicates()
+    a.sort_indices()
+    storage = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
+    try:
+        for below in (2.0, float("inf")):
+            hybrid.forced_below = below
+            for precision, dtype in storage.items():
+                k = 4 if precision == "tf32" else 8
+                f = MEBCRS.from_csr(
+                    a.indptr, a.indices, torch.from_numpy(a.data).float(), n_cols=900, k=k
+                ).to("cuda")
+                for n in (7, 32):
+                    x = torch.randn(900, n, device="cuda").to(dtype)
+                    for out_fp32 in (False, True):
+                        ops.spmm(f, x, precision, out_fp32=out_fp32)
+                skewed = torch.randn(900 * 32 + 1, device="cuda").to(dtype)[1:].view(900, 32)
+                ops.spmm(f, skewed, precision)
+    finally:
+        hybrid.forced_below = hybrid.from_environment()
+
+
+CASES = {
+    "hybrid" if f is hybrid_spmm else f.__name__: f
+    for f in (mebcrs, cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue, hybrid_spmm)
+}
 
 
 def main() -> None:

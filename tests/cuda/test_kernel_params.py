@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from flashgnn._cuda import runtime, sources
+from flashgnn._cuda import runtime, sources, spmm_fp32
 from flashgnn._cuda.check import load_all_sources
 from flashgnn._cuda.declarations import DECLARED, SPMM_PARAMS
 from flashgnn._cuda.params import MAX_PARAMS, KernelParams
@@ -55,6 +55,27 @@ def test_the_spmm_signature_is_read_through_its_macro():
     actual = kernel_signatures((kernel_dir() / "spmm.cu").read_text())["spmm_tc"]
     assert actual[: len(SPMM_PARAMS)] == list(SPMM_PARAMS)
     assert len(actual) == len(SPMM_PARAMS) + 6 and actual[-1] == ("gat_slope", "float")
+
+
+def test_the_hybrid_kernel_takes_the_fp32_spmms_parameters_but_typed_x_and_y():
+    """spmm_sparse_windows (kernels/spmm_hybrid.cu) shares spmm_fp32's body, so its parameters
+    are spmm_fp32's, with x and y in the launch's storage and output types, and the instances
+    its launcher names are registered."""
+    read = lambda f: kernel_signatures((kernel_dir() / f).read_text())  # noqa: E731
+    hybrid = read("spmm_hybrid.cu")["spmm_sparse_windows"]
+    fp32 = read("spmm_fp32.cu")["spmm_fp32"]
+    assert hybrid[:13] == fp32[:13] and hybrid[15:] == fp32[15:] == [("workspace", "float*")]
+    assert hybrid[13:15] == [("x", "const T*"), ("y", "T*")]
+    assert list(DECLARED["spmm_hybrid.cu"]["spmm_sparse_windows"]) == hybrid
+    names = spmm_fp32.HYBRID_SOURCE.name_expressions
+    for precision, (_, tags) in spmm_fp32.HYBRID_OUTPUTS.items():
+        for dtype in tags:
+            for variant in spmm_fp32.VARIANTS:
+                assert spmm_fp32._sparse_windows_kernel(4, 32, variant, precision, dtype) in names
+            assert (
+                spmm_fp32._sparse_windows_kernel(1, 8, spmm_fp32.REGISTERS, precision, dtype)
+                in names
+            )
 
 
 def test_swapped_declaration_entries_are_reported():
