@@ -8,7 +8,8 @@ A config has five sections and two top-level keys::
     graph: {reorder: none}       # renumber the nodes once for locality (flashgnn.reorder)
     model: {name: gcn, ...}      # build_model's name and keyword arguments
     train: {epochs, lr, weight_decay, weight_decay_scope, patience, early_stopping, precision,
-            seed, device, devices, eval_every, progress, cuda_graph, batch_size, fanouts}
+            seed, device, devices, eval_every, checkpoint_every_s, progress, cuda_graph,
+            batch_size, fanouts}
     distributed: {partition, overlap, timeout_s, time_exchanges, features, exchange_columns,
                   partition_one_process}  # full-graph runs on a partition
     output: {root: runs, dir: null}  # the run folder: dir, else <root>/<name>-<timestamp>
@@ -55,6 +56,10 @@ DEFAULTS = {
         # spawn that many ranks (flashgnn.distributed.launch), or come from torchrun
         "devices": 1,
         "eval_every": 1,
+        # seconds between the run's checkpoints (the last epoch's state, the best epoch's model
+        # and the metrics), also written after the first and the final epoch; 0: every epoch.
+        # Three fsynced files an epoch cost more than a CUDA-graph step on a small graph
+        "checkpoint_every_s": 30.0,
         "progress": None,  # the tqdm bar: null shows it on a terminal only
         # after two eager epochs, replay each step and evaluation from CUDA graphs (for graphs where
         # the host bounds an epoch; the graphs keep their own memory pools): true, false, or "auto"
@@ -244,6 +249,12 @@ def resolve_config(config: dict) -> dict:
         "train.eval_every",
         "an integer >= 1",
         t["eval_every"],
+    )
+    _require(
+        _is_finite(t["checkpoint_every_s"]) and t["checkpoint_every_s"] >= 0,
+        "train.checkpoint_every_s",
+        "a number of seconds >= 0",
+        t["checkpoint_every_s"],
     )
     _require(
         isinstance(t["cuda_graph"], bool) or t["cuda_graph"] == "auto",

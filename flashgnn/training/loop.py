@@ -70,6 +70,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _copied(model: torch.nn.Module) -> dict:
+    """A copy of ``model``'s state, kept until the next checkpoint writes it."""
+    state = model.state_dict()
+    return {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in state.items()}
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -574,6 +580,7 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
             disable=(None if t["progress"] is None else not t["progress"]) or not ranks.writer,
         )
         epoch = start_epoch - 1
+        best, saved_at = None, -math.inf  # the best epoch's state not yet on disk; a save's time
         for epoch in bar:
             tic = time.perf_counter()
             model.train()
@@ -599,17 +606,23 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
                 val_loss = validation_loss(out, data, ranks) if stopper.needs_loss else None
                 row.update(scores, eval_time_s=time.perf_counter() - tic)
                 if stopper.update(epoch, scores["val"], val_loss) and ranks.writer:
-                    checkpoint.save(
-                        run_dir / checkpoint.BEST,
-                        {"epoch": epoch + 1, "model": model.state_dict(), "scores": scores},
-                    )
+                    best = {"epoch": epoch + 1, "model": _copied(model), "scores": scores}
                 bar.set_postfix(
                     loss=f"{row['loss']:.4f}",
                     val=f"{scores['val']:.4f}",
                     epoch_s=f"{epoch_times[-1]:.4f}",
                 )
+            stop = stopper.should_stop(epoch)
             if ranks.writer:
                 log.append(row)
+            due = time.perf_counter() - saved_at >= t["checkpoint_every_s"]
+            if ranks.writer and (due or stop or epoch + 1 == t["epochs"]):
+                # the best model first: a run killed between the two files resumes from a
+                # last checkpoint whose stopping state never names a best epoch not on disk
+                if best is not None:
+                    checkpoint.save(run_dir / checkpoint.BEST, best)
+                    best = None
+                log.write()
                 checkpoint.save(
                     run_dir / checkpoint.LAST,
                     {
@@ -622,8 +635,9 @@ def _train_rank(cfg: dict, resume, overwrite: bool, dataset, load_seconds) -> di
                         "epoch_times": epoch_times,
                     },
                 )
+                saved_at = time.perf_counter()
                 folder.commit()
-            if stopper.should_stop(epoch):
+            if stop:
                 break
         bar.close()
         if ranks.writer:

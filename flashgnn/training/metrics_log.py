@@ -1,5 +1,5 @@
-"""``metrics.csv``, a run's record of every epoch: one row per epoch, rewritten whole after
-each epoch (``atomic.write_atomically``), so a run killed or out of disk space mid-write
+"""``metrics.csv``, a run's record of every epoch: one row per epoch, rewritten whole with each
+checkpoint (``atomic.write_atomically``), so a run killed or out of disk space mid-write
 keeps the previous version, never a torn last line."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def rows_up_to(path: Path, epoch: int) -> list[dict]:
 
 
 class MetricsLog:
-    """The rows of ``path``: those kept from before (``rows``), then one per ``append``."""
+    """The rows of ``path``: those kept from before (``rows``), then one per ``append``;
+    ``write`` puts them on disk."""
 
     def __init__(self, path: Path, rows: list[dict]):
         self.path = path
@@ -45,4 +46,3 @@ class MetricsLog:
 
     def append(self, row: dict) -> None:
         self.rows.append(row)
-        self.write()

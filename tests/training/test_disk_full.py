@@ -95,7 +95,7 @@ def small_run(out: Path, epochs: int) -> dict:
     return {
         "dataset": {"name": "synthetic", "num_nodes": 600, "avg_degree": 6, "num_classes": 4},
         "model": {"name": "gcn", "hidden_feats": 8},
-        "train": {"epochs": epochs, "progress": False, "patience": None},
+        "train": {"epochs": epochs, "progress": False, "patience": None, "checkpoint_every_s": 0},
         "output": {"dir": str(out)},
     }
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from flashgnn.cli import main as cli_main
-from flashgnn.training import ConfigError, apply_overrides, load_config, train
+from flashgnn.training import ConfigError, apply_overrides, checkpoint, load_config, train
 from flashgnn.training import loop as training_loop
 from flashgnn.training.checkpoint import CheckpointError
 from flashgnn.training.run_folder import RunExistsError
@@ -225,16 +225,19 @@ def test_a_resume_that_fails_before_its_first_checkpoint_keeps_the_run(tmp_path,
 
 
 # ---------------------------------------------------------------------------- interruptions
-def test_ctrl_c_after_a_checkpoint_resumes_bit_for_bit(tmp_path, monkeypatch):
+# checkpoints every epoch, or (an hour apart) after the first epoch only until the last
+@pytest.mark.parametrize("every_s, kept", [(0, 3), (3600, 1)])
+def test_ctrl_c_after_a_checkpoint_resumes_bit_for_bit(tmp_path, monkeypatch, every_s, kept):
     straight = train(config(tmp_path / "straight", epochs=6))
     run = tmp_path / "run"
     fail_at_step(monkeypatch, 4, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        train(config(run, epochs=6))
+        train(config(run, epochs=6, checkpoint_every_s=every_s))
     monkeypatch.undo()
-    assert len(losses(run)) == 3 and not list(run.glob("*.tmp"))
+    assert len(losses(run)) == kept and not list(run.glob("*.tmp"))
+    assert checkpoint.load(run / "last.pt", torch.device("cpu"))["epoch"] == kept
     assert not (run / ".rollback").exists()
-    resumed = train(config(run, epochs=6), resume=run)
+    resumed = train(config(run, epochs=6, checkpoint_every_s=every_s), resume=run)
     assert losses(run) == losses(tmp_path / "straight")
     assert resumed["test"] == straight["test"]
 
@@ -255,7 +258,7 @@ def test_sigkill_mid_run_resumes_bit_for_bit(tmp_path):
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(*args, **kw)
         loop.train_step = step
-        train({config(run, epochs=6)!r})
+        train({config(run, epochs=6, checkpoint_every_s=0)!r})
         """
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
