@@ -44,9 +44,8 @@ INTRO = f"""\
 
 # Benchmarks
 
-Generated from the result files in [`{RESULTS_DIR}/`]({RESULTS_DIR}/): rerun the benchmarks
-(below) rather than edit it. Each table is one run on one GPU, stamped with its commit, GPU,
-driver, CUDA, torch, date and the command that reproduces it; its CSV holds every row.
+Generated from [`{RESULTS_DIR}/`]({RESULTS_DIR}/). Each table is one run on one GPU, stamped
+with its commit, GPU, driver, CUDA, torch, date and command; its CSV holds every row.
 
 ## How to read
 
@@ -63,31 +62,25 @@ driver, CUDA, torch, date and the command that reproduces it; its CSV holds ever
   datasets); the generated power-law graphs at OGB scale (powerlaw_products: 2.4M nodes, 60M
   nonzeros; powerlaw_reddit: 233k nodes, 85M nonzeros) are shown apart, one column each.
   "lowest" is the smallest ratio over the real graphs.
-- **Precisions**: fp16 and bf16 run on tensor cores with 16-bit inputs, tf32 on tensor cores with
-  float32 inputs rounded to tf32, fp32 on CUDA cores in exact float32.
-- **Which time**: a kernel table's ratios use GPU time per call; a layer table's `ms` is GPU
-  time by CUDA events and `wall ms` the host's clock per call, and its ratios use the larger of
-  the two (the step time); a training table's `ms` is the events' time of one epoch, and
-  `graph ms` the same step replayed from a CUDA graph. How each is taken: below.
+- **Precisions**: fp16, bf16 and tf32 (float32 rounded) on tensor cores, fp32 on CUDA cores.
+- **Which time**: kernel ratios use GPU time per call; a layer table's ratios the larger of `ms`
+  (CUDA events) and `wall ms` (host clock); a training table's `ms` is an epoch by events and
+  `graph ms` the epoch replayed from a CUDA graph. How each is taken: below.
 
 ## How we measure
 
 Timers: `flashgnn/benchmarking/timing.py`; each benchmark's method: its module's docstring
 (`flashgnn bench <benchmark> --help`).
 
-- **Cold single call** (`flashgnn bench kernels --timer cold`, the ablation, the format builds,
-  layer `ms`, epochs): before each timed call the GPU reads a buffer of four times its L2 (the
-  call starts on a cold cache, as on a graph larger than L2) and sleeps (about 1 ms before a
-  kernel, 0.2 ms before a layer step or an epoch); CUDA events bracket the call; the median of
-  `--iters` calls after `--warmup` calls. The sleep lets the host enqueue the call before the
-  GPU reaches it, so the events time GPU work without the launch path (up to the sleep's
-  length); their floor is about 4 us, an empty kernel's time on an H100.
+- **Cold single call** (`--timer cold`, the ablation, format builds, layer `ms`, epochs): before
+  each call the GPU reads four times its L2 (a cold cache) and sleeps (1 ms before a kernel, 0.2
+  ms before a step) so the host enqueues the call first; CUDA events bracket it (GPU work without
+  the launch path; floor about 4 us); the median of `--iters` calls after `--warmup`.
 - **Back to back** (`--timer back-to-back`, the kernel tables here): as many calls in a row as
   fill about 2 ms (at most 100) captured in one CUDA graph; a sample is one replay's event time
   divided by the calls, the time is the median of the samples. Operands stay in L2 from call to
   call where they fit and the host's cost is hidden entirely: what a call costs inside a longer
-  run of GPU work, such as a replayed training step. FlashSparse's reference code times its
-  kernels this way (a loop of launches between two events).
+  run of GPU work, such as a replayed training step.
 - **Eager wall loop** (a layer table's `wall ms`): after the timed calls, `--iters` calls back to
   back, no sleep and no L2 flush, timed by the host's clock with the GPU synchronised before and
   after, per call. It includes all the host does (Python, autograd, launches): where the host is
@@ -166,13 +159,10 @@ of tf32, fp16 or bf16 from fp32. musae_facebook has no paper figure (a seeded 60
     "pyg-drop-in": (
         "PyG drop-in layers",
         """\
-`examples/pyg_drop_in.py`: PyG's example models (GCN; GAT and AGNN where listed) trained on
-the whole graph with `torch_geometric.nn`, then with `flashgnn.nn.pyg` in its place (the
-model's import changed, nothing else): test accuracy after the epochs and the median epoch
-(forward, loss, backward, Adam step; host clock, the GPU synchronised). PyG in its fastest
-settings: GCNConv(cached=True) fed the edge_index and a torch.sparse CSR adj_t (cuSPARSE);
-GATConv and AGNNConv fed the edge_index. x fastest PyG: PyG's fastest epoch of the model over
-flashgnn's.""",
+`examples/pyg_drop_in.py`: PyG's example models trained with `torch_geometric.nn`, then with
+`flashgnn.nn.pyg` imported in its place: test accuracy and the median epoch by the host's clock.
+PyG runs in its fastest settings (GCNConv cached, on edge_index and on a CSR adj_t); x fastest
+PyG: PyG's fastest epoch of the model over flashgnn's.""",
     ),
     "ablation": (
         "Ablation: 8x1 vectors against 16x1 blocks",

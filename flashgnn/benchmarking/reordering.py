@@ -255,18 +255,56 @@ def markdown(rows: list[ReorderRow]) -> str:
     return table.markdown_table([HEADERS.get(c, c) for c in columns], body)
 
 
+def summary(rows: list[ReorderRow]) -> str:
+    """One line per graph, the methods side by side (vectors per nonzero after, SpMM speedup,
+    reordering seconds), the geometric-mean speedup per method last; failed rows are left to
+    the CSV."""
+    rows = [r for r in rows if not r.error]
+    methods = [m for m in METHODS if any(r.method == m for r in rows)]
+    by_graph: dict[str, dict[str, ReorderRow]] = {}
+    for r in rows:
+        by_graph.setdefault(r.graph, {})[r.method] = r
+    header = ["graph", "nnz", "vectors/nnz", "SpMM ms"]
+    for m in methods:
+        header += [f"{m} vectors/nnz", f"{m} speedup", f"{m} s"]
+    header.append("max rel err")
+    body = []
+    for graph, done in by_graph.items():
+        first = next(iter(done.values()))
+        line = [
+            graph,
+            table.cell("nnz", first.nnz),
+            _cell(first, "vpn_before"),
+            table.cell("ms_before", first.ms_before),
+        ]
+        for m in methods:
+            r = done.get(m)
+            line += [_cell(r, c) if r else "" for c in ("vpn_after", "speedup", "reorder_s")]
+        errors = [r.rel_err for r in done.values() if r.rel_err is not None]
+        line.append(table.cell("rel_err", max(errors)) if errors else "")
+        body.append(line)
+    if any(r.speedup for r in rows):  # kernel times exist on CUDA runs only
+        mean = [f"geomean ({len(by_graph)} graphs)", "", "", ""]
+        for m in methods:
+            speedups = [r.speedup for r in rows if r.method == m and r.speedup]
+            mean += ["", f"{table.geomean(speedups):.3f}x" if speedups else "", ""]
+        body.append(mean + [""])
+    return table.markdown_table(header, body)
+
+
 def table_lines(path: Path) -> list[str]:
-    """The benchmark document's table of a run's CSV."""
-    return [markdown(table.read_csv(path, ReorderRow))]
+    """The benchmark document's table of a run's CSV: a line per graph (``summary``)."""
+    return [summary(table.read_csv(path, ReorderRow))]
 
 
 SECTION = (
     "Locality reordering: vectors per nonzero and SpMM time",
     """\
-`Graph.reorder` per graph and method against the graph's own order: ME-BCRS vectors per
-nonzero (MMA work follows them), SpMM bytes at N (a row of X gathered per vector), the
-reordering's time on the GPU and the SpMM's kernel time before and after, with the reordering
-weighed against 200 epochs of a two-layer GCN's SpMMs (`flashgnn bench reorder --help`).""",
+`Graph.reorder` per graph against the graph's own order, a column group per method: ME-BCRS
+vectors per nonzero (MMA work follows them), the SpMM's kernel-time speedup at N and the
+reordering's time on the GPU in seconds. The CSV behind each table adds the SpMM bytes at N (a
+row of X gathered per vector), the times before and after and the reordering weighed against
+200 epochs of a two-layer GCN's SpMMs (`flashgnn bench reorder --help`).""",
 )
 
 

@@ -12,7 +12,7 @@ import torch
 
 from flashgnn import Graph
 from flashgnn.benchmarking import document, results
-from flashgnn.benchmarking.reordering import ReorderRow, default_methods
+from flashgnn.benchmarking.reordering import ReorderRow, default_methods, summary
 from flashgnn.cli import main
 from tests.helpers import needs_gpu
 
@@ -99,8 +99,36 @@ def test_the_document_renders_the_run(tmp_path, data_dir):
     assert (root / "cpu" / "reorder.csv").is_file()
     md = document.build(root, tmp_path)
     assert "## Locality reordering: vectors per nonzero and SpMM time" in md
-    assert "| hetero_texas | rcm |" in md
+    assert "| graph | nnz | vectors/nnz | SpMM ms | rcm vectors/nnz | rcm speedup | rcm s |" in md
+    assert "| hetero_texas | 558 | " in md and "| geomean (" not in md  # no kernel times on the CPU
     assert [name for _, name, _ in results.find(root)] == ["reorder"]
+
+
+def test_the_summary_puts_methods_side_by_side():
+    def row(graph, method, speedup, err):
+        return ReorderRow(
+            graph,
+            100,
+            method,
+            vpn_before=1.0,
+            vpn_after=0.5,
+            ms_before=2.0,
+            speedup=speedup,
+            reorder_s=0.1,
+            rel_err=err,
+        )
+
+    rows = [row("a", "rcm", 2.0, 1e-4), row("a", "degree", 0.5, 3e-4), row("b", "rcm", 8.0, 2e-4)]
+    rows.append(ReorderRow("c", None, "load", error="no such file"))
+    lines = summary(rows).splitlines()
+    assert lines[0].startswith("| graph | nnz | vectors/nnz | SpMM ms | rcm vectors/nnz |")
+    assert "| degree vectors/nnz | degree speedup | degree s | max rel err |" in lines[0]
+    assert (
+        lines[2] == "| a | 100 | 1.000 | 2 | 0.500 | 2.00x | 0.1 | 0.500 | 0.50x | 0.1 | 3.0e-04 |"
+    )
+    assert lines[3] == "| b | 100 | 1.000 | 2 | 0.500 | 8.00x | 0.1 |  |  |  | 2.0e-04 |"
+    assert lines[4] == "| geomean (2 graphs) |  |  |  |  | 4.000x |  |  | 0.500x |  |  |"
+    assert len(lines) == 5  # the failed row stays in the CSV
 
 
 def test_bad_options_are_clear(tmp_path, data_dir, capsys):

@@ -417,7 +417,7 @@ def test_benchmarks_md_is_the_report_of_the_committed_results():
     ``flashgnn bench report --results benchmarks/results --markdown BENCHMARKS.md``."""
     committed = (REPO / "BENCHMARKS.md").read_text()
     assert document.build(REPO / "benchmarks" / "results", REPO) == committed
-    assert len(committed.splitlines()) < 400
+    assert len(committed.splitlines()) < 420  # current tables only: history lives in git
     files = [p for p in (REPO / "benchmarks" / "results").rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) < 1 << 20
     for path in files:
