@@ -9,7 +9,7 @@ model on them with the halo exchange (``halo``) before each graph layer (GCN thr
 
 from .full_graph import FullGraphPartition
 from .gradients import all_reduce_gradients, global_count
-from .halo import HaloPlan, exchange, start_exchange
+from .halo import HaloPlan
 from .model import FullGraphModel
 from .partition import METHODS, partition_nodes, renumbering
 
@@ -19,9 +19,7 @@ __all__ = [
     "HaloPlan",
     "METHODS",
     "all_reduce_gradients",
-    "exchange",
     "global_count",
     "partition_nodes",
     "renumbering",
-    "start_exchange",
 ]

@@ -30,14 +30,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import GCNConv
+from ..nn import GATConv, GCNConv
+from ..nn.gat_conv import attend
 from ..nn.graph_input import ZeroInDegreeError
 from ..ops.precision import half_storage
 from ..precision_context import block_width, resolve_precision
-from .aggregation import Exchanges, SplitRows, aggregate
+from .aggregation import Exchanges, SplitRows, aggregate, with_halo
 from .epilogue import epilogue
 from .group import first_rank
-from .halo import exchange
 from .projection import project
 
 # the share of a GPU's memory the halo rows of the input features may keep between steps
@@ -76,19 +76,15 @@ class FullGraphModel(nn.Module):
         self._forward = forwards[kind]
         # time each exchange of a forward that waits for it (exchange_ms); off, no event is made
         self.time_exchanges = False
-        self._x_halo = None  # (partition.x's version, [x_own; x_halo]) for GAT
-        self._features_halo = None  # (partition.x's version, x_halo) for GCN
+        self._features_halo = None  # (partition.x's version, x_halo)
         self._rows: dict = {}  # (norm, k) -> SplitRows
         self._activation_bytes = 4  # per element of GCN's hidden activations, last forward
         for layer in model.layers:
-            if (
-                isinstance(layer, GCNConv)
-                and not layer.allow_zero_in_degree
-                and partition.graph.has_zero_in_degree()
-            ):
+            if not layer.allow_zero_in_degree and partition.graph.has_zero_in_degree():
                 raise ZeroInDegreeError(
-                    "GCNConv: there are 0-in-degree nodes in the graph; build the partition "
-                    "with self_loops=True, or the layer with allow_zero_in_degree=True"
+                    f"{type(layer).__name__}: there are 0-in-degree nodes in the graph; build "
+                    "the partition with self_loops=True, or the layer with "
+                    "allow_zero_in_degree=True"
                 )
             if isinstance(layer, GCNConv) and layer.activation not in (None, F.relu, torch.relu):
                 raise TypeError(
@@ -170,39 +166,74 @@ class FullGraphModel(nn.Module):
         model = self.module
         h = F.relu(model.encoder(model.dropout(x)))
         for layer in model.layers:
-            h = layer(self.partition.graph, self._exchange(h))
+            h = layer(self.partition.graph, self._with_halo(h))
         return model.decoder(model.dropout(h))
 
     def _gat(self, x: Tensor) -> Tensor:
-        model, h, graph = self.module, x, self.partition.graph
+        model, h = self.module, x
         for layer in model.layers[:-1]:
-            h = layer(graph, self._exchange(h))
+            h = self._gat_layer(layer, h)
             h = F.elu(h.flatten(1) if model.concat else h.mean(1))
-        return model.layers[-1](graph, self._exchange(h)).mean(1)
+        return self._gat_layer(model.layers[-1], h).mean(1)
 
     # ------------------------------------------------------------------ pieces
-    def _exchange(self, h: Tensor) -> Tensor:
-        """[h; halo rows of h]; for ``partition.x`` itself (no gradient), kept from the last
-        exchange while it is unchanged."""
+    def _exchanges(self, send: bool) -> tuple[Exchanges, list]:
+        """The exchanges of one layer (``send`` False: nothing travels) and the list their
+        clocks go to when timed."""
         part = self.partition
-        cached = h is part.x and not h.requires_grad
-        self.exchanges.append({"width": h.shape[1], "dtype": h.dtype, "cached": cached})
-        if not cached:
-            if not self.time_exchanges:
-                return exchange(h, part.plan)
-            start = _Clock(h.device)
-            out = exchange(h, part.plan)
-            self.exchanges[-1]["clocks"] = [start.stop()]
-            return out
-        if self._x_halo is None or self._x_halo[0] != h._version:
-            with torch.no_grad():
-                self._x_halo = (h._version, exchange(h, part.plan))
-        return self._x_halo[1]
+        exchanges = Exchanges(part.plan if send else None, self.overlap, self.exchange_columns)
+        clocks = []
+        if self.time_exchanges and exchanges.plan is not None:
+            exchanges.clocks, exchanges.clock = clocks, _Clock
+        return exchanges, clocks
+
+    def _with_halo(self, h: Tensor) -> Tensor:
+        """[h; halo rows of h], the halo rows exchanged in blocks of columns."""
+        exchanges, clocks = self._exchanges(True)
+        self._record(h, False, clocks)
+        return with_halo(h, exchanges)
+
+    def _gat_layer(self, layer: GATConv, h: Tensor) -> Tensor:
+        """``layer`` on the own rows h [num_own, in_feats] -> [num_own, heads, out_feats], the
+        maths of GATConv's forward. The sources' projected rows are [h W; halo rows of h W]:
+        the owners project their rows and send them where they are narrower than h (fc once
+        per node, the halo gradient of h W sent back), else h's halo rows travel and are
+        projected here; the features' kept halo rows are projected here too. The feature
+        dropout is drawn by each node's owner, once, so all its copies agree."""
+        if h.shape[1] != layer.in_feats:
+            raise ValueError(f"GATConv: expected {layer.in_feats} input features, got {h.shape[1]}")
+        heads, width = layer.num_heads, layer.out_feats
+        dropping = layer.feat_drop.training and layer.feat_drop.p > 0
+        halo = None if dropping else self._features_halo_rows(h)
+        if dropping:
+            h = layer.feat_drop(h)
+        if halo is not None:
+            self._record(h, True, [])
+            ft = layer.fc(torch.cat([h, halo]))
+        elif heads * width <= h.shape[1]:
+            ft = self._with_halo(layer.fc(h))
+        else:
+            ft = layer.fc(self._with_halo(h))
+        rst, _ = attend(
+            self.partition.graph,
+            ft.view(ft.shape[0], heads, width),
+            None,
+            layer.attn_l,
+            layer.attn_r,
+            layer.leaky_relu.negative_slope,
+            layer.attn_drop.p if layer.attn_drop.training else 0.0,
+            resolve_precision(layer.precision),
+            replay=layer.replay,
+        )
+        if layer.res_fc is not None:
+            rst = rst + layer.res_fc(h).view(h.shape[0], heads, width)
+        if layer.bias is not None:
+            rst = rst + layer.bias.view(1, heads, width)
+        return rst if layer.activation is None else layer.activation(rst)
 
     def exchange_ms(self) -> list[dict]:
         """The timed exchanges of the last forward (``time_exchanges``): per exchange its
-        width, dtype name, rows received and ms (waits for the GPU; a GCN layer's blocks
-        summed)."""
+        width, dtype name, rows received and ms (waits for the GPU; a layer's blocks summed)."""
         return [
             {
                 "width": e["width"],
@@ -246,14 +277,7 @@ class FullGraphModel(nn.Module):
         storage = half_storage(precision)
         weight, bias = layer.weight, layer.bias
         halo = self._features_halo_rows(h)
-        exchanges = Exchanges(
-            part.plan if part.world > 1 and halo is None else None,
-            self.overlap,
-            self.exchange_columns,
-        )
-        clocks = []
-        if self.time_exchanges and exchanges.plan is not None:
-            exchanges.clocks, exchanges.clock = clocks, _Clock
+        exchanges, clocks = self._exchanges(part.world > 1 and halo is None)
         relu = layer.activation is not None
         # the next layer's input type: the storage type when the products run in it (the next
         # layer rounds to it first), else the result's own

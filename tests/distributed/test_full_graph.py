@@ -22,11 +22,11 @@ from flashgnn.data.metrics import scorer
 from flashgnn.distributed import (
     FullGraphPartition,
     all_reduce_gradients,
-    exchange,
     global_count,
     partition_nodes,
     renumbering,
 )
+from flashgnn.distributed.aggregation import Exchanges, with_halo
 from flashgnn.models import build_model
 from flashgnn.training.precision import precision_scope
 from tests.distributed.workers import WorkerGroup
@@ -219,14 +219,14 @@ def _local_sources(part) -> torch.Tensor:
     return part.plan.gather(torch.arange(lo, lo + part.num_own))
 
 
-def exchange_task(rank, world, dtype):
+def exchange_task(rank, world, dtype, columns, overlap):
     dataset = directed()
     part = FullGraphPartition.build(dataset, method="degree", device="cpu", k=None)
     n = dataset.num_nodes
     x_new = torch.from_numpy(np.random.default_rng(7).standard_normal((n, 5))).to(dtype)
     lo = int(part.part_ptr[rank])
     x_own = x_new[lo : lo + part.num_own].clone().requires_grad_()
-    out = exchange(x_own, part.plan)
+    out = with_halo(x_own, Exchanges(part.plan, overlap, columns))
     sources = _local_sources(part)
     weight = torch.from_numpy(np.random.default_rng(100 + rank).standard_normal(out.shape)).to(
         dtype
@@ -442,9 +442,11 @@ def test_halo_and_exchange_lists_against_scipy(group):
     )
 
 
+@pytest.mark.parametrize("columns,overlap", [(None, False), (2, False), (2, True)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_exchange_backward_equals_a_gather(group, dtype):
-    results = group.run(exchange_task, dtype)
+def test_exchange_backward_equals_a_gather(group, dtype, columns, overlap):
+    """[x_own; halo rows] by ``with_halo``, whole or in blocks of 2 of the 5 columns."""
+    results = group.run(exchange_task, dtype, columns, overlap)
     n = directed().num_nodes
     x_new = torch.from_numpy(np.random.default_rng(7).standard_normal((n, 5))).to(dtype)
     x = x_new.double().requires_grad_()
