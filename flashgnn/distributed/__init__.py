@@ -2,8 +2,9 @@
 
 Full-graph training: ``partition_nodes`` splits the nodes, ``FullGraphPartition`` keeps a
 rank's rows of the graph and its halo's exchange lists, ``FullGraphPartition.wrap`` runs a
-model on them with the halo exchange (``halo``) before each graph layer (GCN through
-``aggregation``, ``projection`` and ``epilogue``; ``memory`` estimates what a rank holds);
+model on them, each graph layer's halo rows exchanged in blocks of columns (``halo``'s plan,
+``aggregation``; GCN through ``projection`` and ``epilogue`` too; ``memory`` estimates what
+a GCN rank holds);
 ``all_reduce_gradients`` and ``global_count`` combine the ranks' gradients and losses
 (``gradients`` says how)."""
 

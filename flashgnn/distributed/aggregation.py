@@ -1,4 +1,5 @@
-"""GCN's aggregation on one rank's rows of a partitioned graph, holding as little as it can.
+"""GCN's aggregation on one rank's rows of a partitioned graph, holding as little as it can,
+and the exchange of halo rows in blocks of columns that it and the attention layers share.
 
 The rank's rows of A, with GCN's values (each edge's weight times the normalisation by the
 degrees in the whole graph), are kept in two parts by source: A_own over the own nodes and
@@ -12,6 +13,8 @@ block's rows travel while its halo part runs, and the exchange buffers are a blo
 whole width's (at IGB-large scale a rank's halo of 256 half-precision columns is 31 GB). Both
 parts add in fp32 and the sum is rounded once into the result, in the input's dtype. The
 backward sends the halo parts' gradients back to their owners block by block the same way.
+``with_halo`` gives [h; halo rows of h] through the same exchanges, for AGNN and GAT, whose
+attention needs a source's every column first.
 """
 
 from __future__ import annotations

@@ -1,11 +1,19 @@
 """A model of ``flashgnn.models`` run on one rank's partition: the model's own forward, with
 every graph layer reading [own rows; halo rows] of its input on the local graph.
 
-What each layer needs from remote nodes is its input's rows, so the exchange happens before
-the layer: GCN aggregates them; AGNN's cosine attention reads their rows (normalised on the
-receiving rank); GAT projects them with ``fc`` on the receiving rank for its attention terms
-and messages. Between layers the model's own steps (dropout, activations, AGNN's encoder and
+Every layer's halo rows travel through one mechanism, ``aggregation.Exchanges``: in blocks of
+columns with asynchronous all-to-alls, the backward sending the halo gradients back to their
+owners. Between layers the model's own steps (dropout, activations, AGNN's encoder and
 decoder, GAT's head merge) run on the own rows only.
+
+AGNN and GAT need a source's whole row before they use it (a cosine, an attention term), so
+their layers take [own rows; halo rows] whole (``aggregation.with_halo``) and run the
+attention on the local graph. What travels is what is cheapest: AGNN sends the rows of its
+input, as its SpMM aggregates them and their norms are recomputed from them on the receiving
+rank (normalised rows and norms would be one column more); GAT sends h W, projected by the
+owner, where it is narrower than h (the owner projects each node once and takes back its
+gradient), else h, projected on the receiving rank; its attention terms are recomputed from
+the projected rows (a dot product a row) rather than sent.
 
 GCN runs its own lean pipeline per layer, the same maths as GCNConv's: a narrowing weight
 multiplies first (``projection``, the features streamed from host memory when they stay
@@ -17,8 +25,8 @@ the own sources' part run while the halo rows travel; off, each block's rows arr
 
 The graph layers' input is the features themselves for GCN's and GAT's first layer: their
 halo rows are exchanged once and kept while ``partition.x`` is unchanged (an in-place change
-moves its version and they are exchanged again), for GCN when they fit X_HALO_MEMORY of the
-GPU on every rank.
+moves its version and they are exchanged again) when they fit X_HALO_MEMORY of the GPU on
+every rank (for GAT, unless its feature dropout is on: each owner draws its nodes' mask).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ class FullGraphModel(nn.Module):
     graph must be ``partition.graph``, x_own [num_own, F] -> the own nodes' outputs
     [num_own, out]. ``module`` is the wrapped model (its ``state_dict`` is the single-process
     one). Collective: every rank calls forward (and backward) in step. ``exchange_columns``:
-    the columns of one block of GCN's halo exchange (None: as many as fit
+    the columns of one block of a layer's halo exchange (None: as many as fit
     ``aggregation.EXCHANGE_MEMORY``)."""
 
     def __init__(
