@@ -2,14 +2,15 @@
 
 Full-graph training: ``partition_nodes`` splits the nodes, ``FullGraphPartition`` keeps a
 rank's rows of the graph and its halo's exchange lists, ``FullGraphPartition.wrap`` runs a
-model on them with the halo exchange (``halo``) before each graph layer (GCN through
-``aggregation``, ``projection`` and ``epilogue``; ``memory`` estimates what a rank holds);
+model on them, each graph layer's halo rows exchanged in blocks of columns (``halo``'s plan,
+``aggregation``; GCN through ``projection`` and ``epilogue`` too; ``memory`` estimates what
+a GCN rank holds);
 ``all_reduce_gradients`` and ``global_count`` combine the ranks' gradients and losses
 (``gradients`` says how)."""
 
 from .full_graph import FullGraphPartition
 from .gradients import all_reduce_gradients, global_count
-from .halo import HaloPlan, exchange, start_exchange
+from .halo import HaloPlan
 from .model import FullGraphModel
 from .partition import METHODS, partition_nodes, renumbering
 
@@ -19,9 +20,7 @@ __all__ = [
     "HaloPlan",
     "METHODS",
     "all_reduce_gradients",
-    "exchange",
     "global_count",
     "partition_nodes",
     "renumbering",
-    "start_exchange",
 ]

@@ -1,4 +1,5 @@
-"""GCN's aggregation on one rank's rows of a partitioned graph, holding as little as it can.
+"""GCN's aggregation on one rank's rows of a partitioned graph, holding as little as it can,
+and the exchange of halo rows in blocks of columns that it and the attention layers share.
 
 The rank's rows of A, with GCN's values (each edge's weight times the normalisation by the
 degrees in the whole graph), are kept in two parts by source: A_own over the own nodes and
@@ -12,6 +13,8 @@ block's rows travel while its halo part runs, and the exchange buffers are a blo
 whole width's (at IGB-large scale a rank's halo of 256 half-precision columns is 31 GB). Both
 parts add in fp32 and the sum is rounded once into the result, in the input's dtype. The
 backward sends the halo parts' gradients back to their owners block by block the same way.
+``with_halo`` gives [h; halo rows of h] through the same exchanges, for AGNN and GAT, whose
+attention needs a source's every column first.
 """
 
 from __future__ import annotations
@@ -215,6 +218,60 @@ def _take(t: Tensor, block: tuple[int, int], whole: bool) -> Tensor:
 def _columns(t: Tensor, block: tuple[int, int]) -> Tensor:
     """A view of the block's columns (what is sent: the send buffer gathers its rows)."""
     return t[:, block[0] : block[1]]
+
+
+def with_halo(h_own: Tensor, exchanges: Exchanges) -> Tensor:
+    """Collective. [h_own; halo rows of h_own], [num_own + num_halo, F] in h_own's dtype: the
+    source rows of the rank's local graph, for a layer that needs every column of a row before
+    it can use it (attention). h_own [num_own, F]; the halo rows travel in blocks of columns
+    through ``exchanges`` (with ``overlap``, the next block travels while one is put in
+    place), so the exchange buffers are a block's. Differentiable: the backward sends the halo
+    rows' gradients back to their owners block by block and adds them to h_own's."""
+    return _WithHalo.apply(h_own, exchanges)
+
+
+class _WithHalo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h_own, exchanges):
+        plan = exchanges.plan
+        num_own, width = h_own.shape
+        out = h_own.new_empty((num_own + plan.num_halo, width))
+        out[:num_own] = h_own
+        columns = block_columns(
+            width, plan, num_own, h_own.element_size(), h_own.device, exchanges.columns
+        )
+        blocks = _blocks(width, columns)
+        pending = exchanges.start(_columns(h_own, blocks[0])) if blocks else None
+        for j, block in enumerate(blocks):
+            halo = exchanges.wait(pending)
+            following = _columns(h_own, blocks[j + 1]) if j + 1 < len(blocks) else None
+            pending = None
+            if following is not None and exchanges.overlap:
+                pending = exchanges.start(following)
+            out[num_own:, block[0] : block[1]] = halo
+            del halo
+            if following is not None and pending is None:
+                pending = exchanges.start(following)
+        ctx.plan, ctx.blocks, ctx.num_own = plan, blocks, num_own
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        plan, blocks, num_own = ctx.plan, ctx.blocks, ctx.num_own
+        d_own = grad[:num_own].clone(memory_format=torch.contiguous_format)
+        # collective: every rank sends its halo rows' gradients back, block by block, the next
+        # block leaving before the one received is added into the owners' rows
+        back = plan.send_back(_columns(grad[num_own:], blocks[0]), True) if blocks else None
+        for j, block in enumerate(blocks):
+            received, work, _ = back
+            back = None
+            if j + 1 < len(blocks):
+                back = plan.send_back(_columns(grad[num_own:], blocks[j + 1]), True)
+            if work is not None:
+                work.wait()
+            plan.add_to_owners(d_own[:, block[0] : block[1]], received)
+            del received
+        return d_own, None
 
 
 class _Aggregate(torch.autograd.Function):

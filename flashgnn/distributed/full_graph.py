@@ -330,12 +330,14 @@ class FullGraphPartition:
     ) -> torch.nn.Module:
         """Collective: ``model`` (a GCN, AGNN or GAT of ``flashgnn.models``, on this
         partition's device) as a module whose ``forward(graph, x_own)`` (``graph`` must be
-        ``self.graph``) returns the own nodes' outputs, each graph layer preceded by the halo
-        exchange of its input. The parameters and buffers are broadcast from the group's
-        first rank, so that every replica starts equal. ``overlap``: GCN layers aggregate the
-        own sources while the halo rows travel (``flashgnn.distributed.model``);
+        ``self.graph``) returns the own nodes' outputs, each graph layer reading the halo
+        rows of its input (or of its projection) from their owners. The parameters and
+        buffers are broadcast from the group's first rank, so that every replica starts
+        equal. ``overlap``: GCN layers aggregate the own sources while the halo rows travel,
+        and every layer's next block of columns travels while one is used
+        (``flashgnn.distributed.model``);
         ``time_exchanges``: the exchanges a forward waits for are timed (``exchange_ms``);
-        ``exchange_columns``: the columns of a block of GCN's exchange (None: as fit)."""
+        ``exchange_columns``: the columns of a block of a layer's exchange (None: as fit)."""
         wrapped = FullGraphModel(self, model, overlap=overlap, exchange_columns=exchange_columns)
         wrapped.time_exchanges = time_exchanges
         return wrapped

@@ -2,11 +2,10 @@
 read (its halo) from their owners, with ``torch.distributed.all_to_all_single``, and sends
 the gradients of those rows back in the backward pass.
 
-``HaloPlan`` holds who sends what to whom, computed once per graph. ``exchange`` returns
-[x_own; halo rows] as one differentiable op; ``start_exchange`` returns at once, so that
-work which needs only the own rows runs while the rows travel, and its ``wait()`` gives the
-halo rows. Both work with gloo (CPU tensors) and NCCL (CUDA tensors) in any dtype, and the
-rows travel in the dtype of the input.
+``HaloPlan`` holds who sends what to whom, computed once per graph, and moves rows both
+ways (``send``, ``send_back``, at once or asynchronously); ``aggregation`` exchanges each
+layer's rows through it in blocks of columns. It works with gloo (CPU tensors) and NCCL
+(CUDA tensors) in any dtype, and the rows travel in the dtype of the input.
 """
 
 from __future__ import annotations
@@ -124,88 +123,3 @@ class HaloPlan:
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() < 1 or t.shape[0] != rows:
             raise ValueError(f"{name} must have {rows} rows, got shape {tuple(t.shape)}")
-
-
-class PendingHalo:
-    """An exchange in flight (``start_exchange``); ``wait()`` returns the halo rows
-    [num_halo, ...], differentiable."""
-
-    def __init__(self, halo: Tensor, ticket: _Ticket):
-        self._halo, self._ticket = halo, ticket
-
-    def wait(self) -> Tensor:
-        if self._halo is None:
-            raise RuntimeError("wait() was called twice on one exchange")
-        halo, self._halo = self._halo, None
-        return _Wait.apply(halo, self._ticket)
-
-
-def start_exchange(x_own: Tensor, plan: HaloPlan) -> PendingHalo:
-    """Collective (every rank of the plan's group, in the same order). Start sending the rows
-    of ``x_own`` [num_own, F...] that peers need; the result's ``wait()`` gives this rank's halo
-    rows [num_halo, F...] in ``x_own``'s dtype. In the backward pass the halo gradients travel
-    back while autograd runs what it can meanwhile, and are added to ``x_own``'s gradient."""
-    ticket = _Ticket(plan)
-    return PendingHalo(_Launch.apply(x_own, ticket), ticket)
-
-
-def exchange(x_own: Tensor, plan: HaloPlan) -> Tensor:
-    """Collective. [x_own; halo rows], [num_own + num_halo, F...]: the source features of the
-    rank's local graph, differentiable (the halo gradients summed into their owners')."""
-    return torch.cat([x_own, start_exchange(x_own, plan).wait()])
-
-
-class _Ticket:
-    """What the two halves of one exchange share: the plan, the work in flight and the
-    buffers it reads or writes until it completes."""
-
-    def __init__(self, plan: HaloPlan):
-        self.plan = plan
-        self.work = None
-        self.buffer = None
-        self.received = None
-
-    def finish(self) -> None:
-        if self.work is not None:
-            self.work.wait()
-        self.work = self.buffer = None
-
-
-class _Launch(torch.autograd.Function):
-    """x_own -> halo rows (not yet arrived: ``_Wait`` waits). Backward: wait for the rows
-    ``_Wait``'s backward sent back and add them to the owners' gradient."""
-
-    @staticmethod
-    def forward(ctx, x_own: Tensor, ticket: _Ticket) -> Tensor:
-        halo, ticket.work, ticket.buffer = ticket.plan.send(x_own, async_op=True)
-        ctx.ticket = ticket
-        ctx.own_shape = x_own.shape
-        return halo
-
-    @staticmethod
-    def backward(ctx, grad_halo: Tensor):
-        ticket = ctx.ticket
-        ticket.finish()
-        received, ticket.received = ticket.received, None
-        grad = grad_halo.new_zeros(ctx.own_shape)
-        return ticket.plan.add_to_owners(grad, received), None
-
-
-class _Wait(torch.autograd.Function):
-    """Identity on the halo rows once they have arrived. Backward: start sending their
-    gradient back to the owners (``_Launch``'s backward waits for it), so that autograd runs
-    the rest of the backward pass meanwhile."""
-
-    @staticmethod
-    def forward(ctx, halo: Tensor, ticket: _Ticket) -> Tensor:
-        ticket.finish()
-        ctx.ticket = ticket
-        return halo.view_as(halo)
-
-    @staticmethod
-    def backward(ctx, grad_halo: Tensor):
-        ticket = ctx.ticket
-        ticket.received, ticket.work, ticket.buffer = ticket.plan.send_back(
-            grad_halo, async_op=True
-        )
-        return grad_halo, None

@@ -1,11 +1,19 @@
 """A model of ``flashgnn.models`` run on one rank's partition: the model's own forward, with
 every graph layer reading [own rows; halo rows] of its input on the local graph.
 
-What each layer needs from remote nodes is its input's rows, so the exchange happens before
-the layer: GCN aggregates them; AGNN's cosine attention reads their rows (normalised on the
-receiving rank); GAT projects them with ``fc`` on the receiving rank for its attention terms
-and messages. Between layers the model's own steps (dropout, activations, AGNN's encoder and
+Every layer's halo rows travel through one mechanism, ``aggregation.Exchanges``: in blocks of
+columns with asynchronous all-to-alls, the backward sending the halo gradients back to their
+owners. Between layers the model's own steps (dropout, activations, AGNN's encoder and
 decoder, GAT's head merge) run on the own rows only.
+
+AGNN and GAT need a source's whole row before they use it (a cosine, an attention term), so
+their layers take [own rows; halo rows] whole (``aggregation.with_halo``) and run the
+attention on the local graph. What travels is what is cheapest: AGNN sends the rows of its
+input, as its SpMM aggregates them and their norms are recomputed from them on the receiving
+rank (normalised rows and norms would be one column more); GAT sends h W, projected by the
+owner, where it is narrower than h (the owner projects each node once and takes back its
+gradient), else h, projected on the receiving rank; its attention terms are recomputed from
+the projected rows (a dot product a row) rather than sent.
 
 GCN runs its own lean pipeline per layer, the same maths as GCNConv's: a narrowing weight
 multiplies first (``projection``, the features streamed from host memory when they stay
@@ -17,8 +25,8 @@ the own sources' part run while the halo rows travel; off, each block's rows arr
 
 The graph layers' input is the features themselves for GCN's and GAT's first layer: their
 halo rows are exchanged once and kept while ``partition.x`` is unchanged (an in-place change
-moves its version and they are exchanged again), for GCN when they fit X_HALO_MEMORY of the
-GPU on every rank.
+moves its version and they are exchanged again) when they fit X_HALO_MEMORY of the GPU on
+every rank (for GAT, unless its feature dropout is on: each owner draws its nodes' mask).
 """
 
 from __future__ import annotations
@@ -30,14 +38,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import GCNConv
+from ..nn import GATConv, GCNConv
+from ..nn.gat_conv import attend
 from ..nn.graph_input import ZeroInDegreeError
 from ..ops.precision import half_storage
 from ..precision_context import block_width, resolve_precision
-from .aggregation import Exchanges, SplitRows, aggregate
+from .aggregation import Exchanges, SplitRows, aggregate, with_halo
 from .epilogue import epilogue
 from .group import first_rank
-from .halo import exchange
 from .projection import project
 
 # the share of a GPU's memory the halo rows of the input features may keep between steps
@@ -49,7 +57,7 @@ class FullGraphModel(nn.Module):
     graph must be ``partition.graph``, x_own [num_own, F] -> the own nodes' outputs
     [num_own, out]. ``module`` is the wrapped model (its ``state_dict`` is the single-process
     one). Collective: every rank calls forward (and backward) in step. ``exchange_columns``:
-    the columns of one block of GCN's halo exchange (None: as many as fit
+    the columns of one block of a layer's halo exchange (None: as many as fit
     ``aggregation.EXCHANGE_MEMORY``)."""
 
     def __init__(
@@ -76,19 +84,15 @@ class FullGraphModel(nn.Module):
         self._forward = forwards[kind]
         # time each exchange of a forward that waits for it (exchange_ms); off, no event is made
         self.time_exchanges = False
-        self._x_halo = None  # (partition.x's version, [x_own; x_halo]) for GAT
-        self._features_halo = None  # (partition.x's version, x_halo) for GCN
+        self._features_halo = None  # (partition.x's version, x_halo)
         self._rows: dict = {}  # (norm, k) -> SplitRows
         self._activation_bytes = 4  # per element of GCN's hidden activations, last forward
         for layer in model.layers:
-            if (
-                isinstance(layer, GCNConv)
-                and not layer.allow_zero_in_degree
-                and partition.graph.has_zero_in_degree()
-            ):
+            if not layer.allow_zero_in_degree and partition.graph.has_zero_in_degree():
                 raise ZeroInDegreeError(
-                    "GCNConv: there are 0-in-degree nodes in the graph; build the partition "
-                    "with self_loops=True, or the layer with allow_zero_in_degree=True"
+                    f"{type(layer).__name__}: there are 0-in-degree nodes in the graph; build "
+                    "the partition with self_loops=True, or the layer with "
+                    "allow_zero_in_degree=True"
                 )
             if isinstance(layer, GCNConv) and layer.activation not in (None, F.relu, torch.relu):
                 raise TypeError(
@@ -170,39 +174,74 @@ class FullGraphModel(nn.Module):
         model = self.module
         h = F.relu(model.encoder(model.dropout(x)))
         for layer in model.layers:
-            h = layer(self.partition.graph, self._exchange(h))
+            h = layer(self.partition.graph, self._with_halo(h))
         return model.decoder(model.dropout(h))
 
     def _gat(self, x: Tensor) -> Tensor:
-        model, h, graph = self.module, x, self.partition.graph
+        model, h = self.module, x
         for layer in model.layers[:-1]:
-            h = layer(graph, self._exchange(h))
+            h = self._gat_layer(layer, h)
             h = F.elu(h.flatten(1) if model.concat else h.mean(1))
-        return model.layers[-1](graph, self._exchange(h)).mean(1)
+        return self._gat_layer(model.layers[-1], h).mean(1)
 
     # ------------------------------------------------------------------ pieces
-    def _exchange(self, h: Tensor) -> Tensor:
-        """[h; halo rows of h]; for ``partition.x`` itself (no gradient), kept from the last
-        exchange while it is unchanged."""
+    def _exchanges(self, send: bool) -> tuple[Exchanges, list]:
+        """The exchanges of one layer (``send`` False: nothing travels) and the list their
+        clocks go to when timed."""
         part = self.partition
-        cached = h is part.x and not h.requires_grad
-        self.exchanges.append({"width": h.shape[1], "dtype": h.dtype, "cached": cached})
-        if not cached:
-            if not self.time_exchanges:
-                return exchange(h, part.plan)
-            start = _Clock(h.device)
-            out = exchange(h, part.plan)
-            self.exchanges[-1]["clocks"] = [start.stop()]
-            return out
-        if self._x_halo is None or self._x_halo[0] != h._version:
-            with torch.no_grad():
-                self._x_halo = (h._version, exchange(h, part.plan))
-        return self._x_halo[1]
+        exchanges = Exchanges(part.plan if send else None, self.overlap, self.exchange_columns)
+        clocks = []
+        if self.time_exchanges and exchanges.plan is not None:
+            exchanges.clocks, exchanges.clock = clocks, _Clock
+        return exchanges, clocks
+
+    def _with_halo(self, h: Tensor) -> Tensor:
+        """[h; halo rows of h], the halo rows exchanged in blocks of columns."""
+        exchanges, clocks = self._exchanges(True)
+        self._record(h, False, clocks)
+        return with_halo(h, exchanges)
+
+    def _gat_layer(self, layer: GATConv, h: Tensor) -> Tensor:
+        """``layer`` on the own rows h [num_own, in_feats] -> [num_own, heads, out_feats], the
+        maths of GATConv's forward. The sources' projected rows are [h W; halo rows of h W]:
+        the owners project their rows and send them where they are narrower than h (fc once
+        per node, the halo gradient of h W sent back), else h's halo rows travel and are
+        projected here; the features' kept halo rows are projected here too. The feature
+        dropout is drawn by each node's owner, once, so all its copies agree."""
+        if h.shape[1] != layer.in_feats:
+            raise ValueError(f"GATConv: expected {layer.in_feats} input features, got {h.shape[1]}")
+        heads, width = layer.num_heads, layer.out_feats
+        dropping = layer.feat_drop.training and layer.feat_drop.p > 0
+        halo = None if dropping else self._features_halo_rows(h)
+        if dropping:
+            h = layer.feat_drop(h)
+        if halo is not None:
+            self._record(h, True, [])
+            ft = layer.fc(torch.cat([h, halo]))
+        elif heads * width <= h.shape[1]:
+            ft = self._with_halo(layer.fc(h))
+        else:
+            ft = layer.fc(self._with_halo(h))
+        rst, _ = attend(
+            self.partition.graph,
+            ft.view(ft.shape[0], heads, width),
+            None,
+            layer.attn_l,
+            layer.attn_r,
+            layer.leaky_relu.negative_slope,
+            layer.attn_drop.p if layer.attn_drop.training else 0.0,
+            resolve_precision(layer.precision),
+            replay=layer.replay,
+        )
+        if layer.res_fc is not None:
+            rst = rst + layer.res_fc(h).view(h.shape[0], heads, width)
+        if layer.bias is not None:
+            rst = rst + layer.bias.view(1, heads, width)
+        return rst if layer.activation is None else layer.activation(rst)
 
     def exchange_ms(self) -> list[dict]:
         """The timed exchanges of the last forward (``time_exchanges``): per exchange its
-        width, dtype name, rows received and ms (waits for the GPU; a GCN layer's blocks
-        summed)."""
+        width, dtype name, rows received and ms (waits for the GPU; a layer's blocks summed)."""
         return [
             {
                 "width": e["width"],
@@ -246,14 +285,7 @@ class FullGraphModel(nn.Module):
         storage = half_storage(precision)
         weight, bias = layer.weight, layer.bias
         halo = self._features_halo_rows(h)
-        exchanges = Exchanges(
-            part.plan if part.world > 1 and halo is None else None,
-            self.overlap,
-            self.exchange_columns,
-        )
-        clocks = []
-        if self.time_exchanges and exchanges.plan is not None:
-            exchanges.clocks, exchanges.clock = clocks, _Clock
+        exchanges, clocks = self._exchanges(part.world > 1 and halo is None)
         relu = layer.activation is not None
         # the next layer's input type: the storage type when the products run in it (the next
         # layer rounds to it first), else the result's own

@@ -78,7 +78,7 @@ DEFAULTS = {
     # features: where a rank keeps its nodes' features, "device", "host" (registered host
     # memory, streamed through GCN's first projection every step) or "auto" (host where they
     # exceed FEATURES_DEVICE_MEMORY of the GPU); exchange_columns: the columns of one block of
-    # GCN's halo exchange (null: as many as fit aggregation.EXCHANGE_MEMORY of the GPU);
+    # a layer's halo exchange (null: as many as fit aggregation.EXCHANGE_MEMORY of the GPU);
     # partition_one_process: train.devices=1 trains on a one-part partition (the multi-process
     # code with no peers, a strong-scaling curve's first point) instead of the whole graph
     "distributed": {

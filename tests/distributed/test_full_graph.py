@@ -22,11 +22,11 @@ from flashgnn.data.metrics import scorer
 from flashgnn.distributed import (
     FullGraphPartition,
     all_reduce_gradients,
-    exchange,
     global_count,
     partition_nodes,
     renumbering,
 )
+from flashgnn.distributed.aggregation import Exchanges, with_halo
 from flashgnn.models import build_model
 from flashgnn.training.precision import precision_scope
 from tests.distributed.workers import WorkerGroup
@@ -98,6 +98,8 @@ def one_way(n: int = 40) -> Dataset:
 def load(name: str) -> Dataset:
     if name == "directed":
         return directed()
+    if name == "odd":  # parts of unequal, odd sizes in 2 and 3
+        return directed(n=47, seed=3)
     if name == "one-way":
         return one_way()
     if name == "synthetic":
@@ -219,14 +221,14 @@ def _local_sources(part) -> torch.Tensor:
     return part.plan.gather(torch.arange(lo, lo + part.num_own))
 
 
-def exchange_task(rank, world, dtype):
+def exchange_task(rank, world, dtype, columns, overlap):
     dataset = directed()
     part = FullGraphPartition.build(dataset, method="degree", device="cpu", k=None)
     n = dataset.num_nodes
     x_new = torch.from_numpy(np.random.default_rng(7).standard_normal((n, 5))).to(dtype)
     lo = int(part.part_ptr[rank])
     x_own = x_new[lo : lo + part.num_own].clone().requires_grad_()
-    out = exchange(x_own, part.plan)
+    out = with_halo(x_own, Exchanges(part.plan, overlap, columns))
     sources = _local_sources(part)
     weight = torch.from_numpy(np.random.default_rng(100 + rank).standard_normal(out.shape)).to(
         dtype
@@ -333,6 +335,68 @@ def test_gcn_three_layers_wider_than_input(group):
     result = group.run(train_step_task, "directed", "gcn", "contiguous", True, kw)[0]
     reference = single_process("directed", "gcn", **kw)
     check_against_single_process(result, reference, "directed", "gcn", **kw)
+
+
+ATTENTION_CASES = [
+    # (data, method, model, model arguments, options)
+    ("odd", "degree", "agnn", {"num_layers": 3}, {"exchange_columns": 3}),
+    ("odd", "contiguous", "gat", {}, {"exchange_columns": 3}),
+    ("one-way", "contiguous", "agnn", {}, {"exchange_columns": 5}),
+    # every GAT layer exchanges h W (the widths narrow), residual and averaged heads
+    ("directed", "degree", "gat", {"num_layers": 3, "residual": True, "concat": False}, {}),
+    # wider heads than the input: h travels, projected on the receiving side
+    ("one-way", "degree", "gat", {"hidden_feats": 8, "heads": 3}, {"exchange_columns": 2}),
+]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize(
+    "data,method,model_name,model_kw,options",
+    ATTENTION_CASES,
+    ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(ATTENTION_CASES)],
+)
+def test_attention_halo_in_blocks_of_columns(
+    group, data, method, model_name, model_kw, options, overlap
+):
+    """AGNN and GAT with their halo rows exchanged in blocks of columns, the next block in
+    flight or not, on parts of odd sizes and a rank without halo."""
+    result = group.run(
+        train_step_task, data, model_name, method, overlap, model_kw, "cpu", "fp32", options
+    )[0]
+    reference = single_process(data, model_name, **model_kw)
+    check_against_single_process(result, reference, data, model_name, **model_kw)
+    # only the features (GAT's first layer) are kept; every hidden layer exchanges
+    assert not any(e["cached"] for e in result[3][1:])
+
+
+def eval_task(rank, world, data, model_name, model_kw):
+    """The gathered logits of the wrapped model in eval mode (no gradient) on rank 0."""
+    dataset = load(data)
+    part = FullGraphPartition.build(dataset, method="degree", device="cpu", k=8)
+    wrapped = part.wrap(make_model(model_name, dataset, **model_kw))
+    wrapped.eval()
+    with torch.no_grad():
+        logits = wrapped(part.graph, part.x)
+    full = part.gather(logits)
+    return full.numpy() if rank == 0 else None
+
+
+@pytest.mark.parametrize(
+    "model_name,model_kw",
+    [
+        ("agnn", {"dropout": 0.5}),
+        ("gat", {"feat_drop": 0.5, "attn_drop": 0.5}),
+        ("gcn", {"dropout": 0.5}),
+    ],
+)
+def test_eval_mode_matches_single_process(group, model_name, model_kw):
+    """Dropout configured but off in eval mode: the logits equal the single-process ones."""
+    logits = group.run(eval_task, "odd", model_name, model_kw)[0]
+    dataset = load("odd")
+    model = make_model(model_name, dataset, **model_kw).eval()
+    with torch.no_grad():
+        reference = model(dataset.graph.add_self_loops(), dataset.x)
+    assert max_rel(logits, reference) <= TOL
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -442,9 +506,11 @@ def test_halo_and_exchange_lists_against_scipy(group):
     )
 
 
+@pytest.mark.parametrize("columns,overlap", [(None, False), (2, False), (2, True)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_exchange_backward_equals_a_gather(group, dtype):
-    results = group.run(exchange_task, dtype)
+def test_exchange_backward_equals_a_gather(group, dtype, columns, overlap):
+    """[x_own; halo rows] by ``with_halo``, whole or in blocks of 2 of the 5 columns."""
+    results = group.run(exchange_task, dtype, columns, overlap)
     n = directed().num_nodes
     x_new = torch.from_numpy(np.random.default_rng(7).standard_normal((n, 5))).to(dtype)
     x = x_new.double().requires_grad_()

@@ -36,7 +36,8 @@ def nccl_group():
 
 
 @pytest.mark.parametrize(
-    "model_name,overlap", [("gcn", False), ("gcn", True), ("agnn", False), ("gat", False)]
+    "model_name,overlap",
+    [("gcn", False), ("gcn", True), ("agnn", False), ("agnn", True), ("gat", False), ("gat", True)],
 )
 @pytest.mark.parametrize("data", ["directed", "cora"])
 def test_fp32_matches_single_process(nccl_group, data, model_name, overlap):
