@@ -11,7 +11,7 @@
 // over all features per set bit, fp32 FMAs on operands rounded as the SDDMM rounds them), the
 // warp takes each row's block max, rescales the accumulators and sums by exp(m_old - m_new),
 // and adds p_ij x_j for every vector of the block (its column, mask and p broadcast by
-// shuffles). The weights stay fp32 (the three-kernel path rounds P to the SpMM's operand type).
+// shuffles); at the end out = acc * (1 / l). The weights stay fp32 (the three-kernel path rounds P to the SpMM's operand type).
 // Every feature chunk's warp computes the same scores in the same order, so all chunks share
 // one set of statistics; chunk 0 stores them.
 //
@@ -55,8 +55,10 @@ __device__ __forceinline__ float rescale(float before, float after) {
     return before == after ? 1.f : expf(before - after);
 }
 
-// A row's output from its accumulator and sum: 0 for a row without a nonzero (l = 0).
-__device__ __forceinline__ float normalised(float acc, float l) { return l > 0.f ? acc / l : 0.f; }
+// The factor of a row's accumulator that gives its output, 1 / l: 0 for a row without a nonzero
+// (l = 0). A multiply by the rounded reciprocal, not a division per feature, whose slow path
+// is a call that spills.
+__device__ __forceinline__ float inverse_sum(float l) { return l > 0.f ? __frcp_rn(l) : 0.f; }
 
 // unit_dst [n_rows, F]: the destinations' normalised features; unit, x [n_cols, F]: the
 // sources' normalised and raw features, all in the storage type of Tag (tf32: fp32, rounded
@@ -106,13 +108,16 @@ __global__ void __launch_bounds__(128) agnn_one_pass(
         const T* ucol = unit + (i64)col * nf;
         float s[WINDOW];
 #pragma unroll
-        for (int r = 0; r < WINDOW; ++r) {
-            s[r] = neg_inf();
-            if ((bits >> r) & 1) {  // a set bit's row is below n_rows (docs/FORMAT.md §1.6)
-                const T* urow = rows + r * nf;
-                float d = 0.f;
-                for (i64 f = 0; f < nf; ++f) d = fmaf(operand<Tag, TF>(urow[f]), operand<Tag, TF>(ucol[f]), d);
-                s[r] = __fmul_rn(d, scale);  // beta * cos rounded as the separate product
+        for (int r = 0; r < WINDOW; ++r) s[r] = neg_inf();
+        for (u32 b = bits; b; b &= b - 1) {  // a set bit's row is below n_rows (docs/FORMAT.md §1.6)
+            const int r = __ffs(b) - 1;
+            const T* urow = rows + r * nf;
+            float d = 0.f;
+            for (i64 f = 0; f < nf; ++f) d = fmaf(operand<Tag, TF>(urow[f]), operand<Tag, TF>(ucol[f]), d);
+            const float v = __fmul_rn(d, scale);  // beta * cos rounded as the separate product
+#pragma unroll
+            for (int i = 0; i < WINDOW; ++i) {  // s[r] without dynamic register indexing
+                if (i == r) s[i] = v;
             }
         }
         // the online softmax: the rows' new maxima, the old sums and accumulators rescaled
@@ -165,10 +170,11 @@ __global__ void __launch_bounds__(128) agnn_one_pass(
                 part_stats[((i64)part * WINDOW + r) * 2 + 1] = l[r];
             }
         } else if (row < n_rows) {
+            const float inv = inverse_sum(l[r]);
 #pragma unroll
             for (int i = 0; i < LF; ++i) {
                 const int f = f0 + 32 * i;
-                if (f < n_features) out[row * nf + f] = from_float(normalised(acc[r][i], l[r]), OutTag());
+                if (f < n_features) out[row * nf + f] = from_float(acc[r][i] * inv, OutTag());
             }
             if (stats) {
                 row_max[row] = m[r];
@@ -209,7 +215,7 @@ __global__ void agnn_one_pass_combine(const float* __restrict__ workspace, const
             l += lp * e;
             acc += workspace[slot * nf + f] * e;
         }
-        out[row * nf + f] = from_float(normalised(acc, l), OutTag());
+        out[row * nf + f] = from_float(acc * inverse_sum(l), OutTag());
         if (f == 0) {
             row_max[row] = mx;
             row_sum[row] = l;
