@@ -572,3 +572,40 @@ DECLARED["spmm_hybrid.cu"] = {
         ("workspace", "float*"),
     ),
 }
+
+# kernels/agnn_one_pass.cu: AGNN's one-pass attention forward (flashgnn/_cuda/agnn_one_pass.py)
+DECLARED["agnn_one_pass.cu"] = {
+    "agnn_one_pass": KernelParams(
+        ("col_idx", "const int*"),
+        ("vec_mask", "const u8*"),
+        ("seg_window", "const int*"),
+        ("seg_first", "const i64*"),
+        ("seg_count", "const int*"),
+        ("seg_part", "const int*"),
+        ("n_segments", "i64"),
+        ("n_rows", "int"),
+        ("n_features", "int"),
+        ("unit_dst", "const T*"),
+        ("unit", "const T*"),
+        ("x", "const T*"),
+        ("beta", "const float*"),
+        ("out", "T*"),
+        ("row_max", "float*"),
+        ("row_sum", "float*"),
+        ("workspace", "float*"),
+        ("part_stats", "float*"),
+    ),
+    "agnn_one_pass_combine": KernelParams(
+        ("workspace", "const float*"),
+        ("part_stats", "const float*"),
+        ("split_window", "const int*"),
+        ("split_part", "const int*"),
+        ("split_count", "const int*"),
+        ("n_split", "i64"),
+        ("n_rows", "int"),
+        ("n_features", "int"),
+        ("out", "T*"),
+        ("row_max", "float*"),
+        ("row_sum", "float*"),
+    ),
+}

@@ -23,6 +23,7 @@ from .._cuda.row_normalize import normalize_rows_backward_cuda, normalize_rows_c
 from ..formats.mebcrs import MEBCRS
 from ._autograd import recorded_gradients, tracing
 from ._pattern import NO_TRANSPOSE, check_dense, pattern_args, transpose_args, transposed_values
+from .agnn_one_pass import one_pass_attention, one_pass_enabled, probabilities
 from .edge_softmax import _edge_softmax_backward, edge_softmax_call, scaled_edge_softmax
 from .precision import check_precision, half_storage, kernel_operands
 from .reference import normalize_rows_backward_reference, normalize_rows_reference
@@ -96,16 +97,67 @@ def _forward_body(
 ) -> tuple:
     """(out, then what the backward reads: feat, feat_k, unit_k, unit_dst_k, norm, norm_dst,
     cos, prob)."""
-    unit_k, feat_k, norm = _normalize(feat, precision)
-    if feat_dst is None:  # the destinations are the first n_rows sources
-        unit_dst_k, norm_dst = unit_k[:n_rows], None
-    else:
-        unit_dst_k, _, norm_dst = _normalize(feat_dst, precision, with_feat=False)
+    unit_k, feat_k, norm, unit_dst_k, norm_dst = _operands(feat, feat_dst, n_rows, precision)
     cos = _sddmm(*pattern, unit_dst_k, unit_k, k, precision, *NO_TRANSPOSE)
     prob = scaled_edge_softmax(*pattern, cos, beta, n_rows, k)
     wide = feat.dtype != torch.float64  # fp32 results (float64 stays)
     out = _spmm(*pattern, prob, feat_k, n_rows, k, precision, wide, *NO_TRANSPOSE)
     return out.to(feat.dtype), feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob
+
+
+def _operands(feat: Tensor, feat_dst: Tensor | None, n_rows: int, precision: str) -> tuple:
+    """(unit_k, feat_k, norm, unit_dst_k, norm_dst): the normalised sources and destinations
+    and feat as the kernels read them, and the row norms (norm_dst None without feat_dst)."""
+    unit_k, feat_k, norm = _normalize(feat, precision)
+    if feat_dst is None:  # the destinations are the first n_rows sources
+        return unit_k, feat_k, norm, unit_k[:n_rows], None
+    unit_dst_k, _, norm_dst = _normalize(feat_dst, precision, with_feat=False)
+    return unit_k, feat_k, norm, unit_dst_k, norm_dst
+
+
+class _OnePassPropagate(torch.autograd.Function):
+    """The one-pass path (ops/agnn_one_pass.py): the forward keeps the row statistics instead of
+    the cosines and P; the backward recomputes both, then runs ``_backward_body``."""
+
+    @staticmethod
+    def forward(ctx, feat, feat_dst, beta, pattern, transposed, n_rows, k, precision):
+        unit_k, feat_k, norm, unit_dst_k, norm_dst = _operands(feat, feat_dst, n_rows, precision)
+        out, row_max, row_sum = one_pass_attention(
+            pattern, unit_dst_k, unit_k, feat_k, beta, n_rows, k, precision, feat.dtype
+        )
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(
+            feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, row_max, row_sum, feat_dst, beta,
+            *pattern, *transposed,
+        )  # fmt: skip
+        ctx.n_rows, ctx.k, ctx.precision = n_rows, k, precision
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        needs = ctx.needs_input_grad[:3]
+        saved = ctx.saved_tensors
+        feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, row_max, row_sum, feat_dst = saved[:9]
+        beta = saved[9]
+        pattern, transposed = saved[10:13], saved[13:]
+        n_rows, k, precision = ctx.n_rows, ctx.k, ctx.precision
+        if grad is None:
+            grads = (None, None, None)
+        elif torch.is_grad_enabled():  # a higher derivative: recorded through the composed ops
+            grads = recorded_gradients(
+                lambda *inputs: _composed(pattern, transposed, *inputs, n_rows, k, precision),
+                (feat, feat_dst, beta),
+                needs,
+                grad,
+            )
+        else:
+            cos = _sddmm(*pattern, unit_dst_k, unit_k, k, precision, *NO_TRANSPOSE)
+            prob = probabilities(pattern, cos, beta, row_max, row_sum, n_rows, k)
+            grads = _backward_body(
+                grad, feat, feat_k, unit_k, unit_dst_k, norm, norm_dst, cos, prob, feat_dst, beta,
+                *pattern, *transposed, n_rows, k, precision, needs,
+            )  # fmt: skip
+        return (*grads, None, None, None, None, None)
 
 
 def _backward_body(
@@ -279,6 +331,8 @@ def agnn_propagate(
     )
     if tracing():  # torch.compile traces the registered ops
         return _composed(*args[3:5], feat, feat_dst, beta, *args[5:])
+    if one_pass_enabled():  # runs eagerly: no replay
+        return _OnePassPropagate.apply(*args)
     plan = None
     if (
         replay is not None

@@ -6,8 +6,9 @@
     compute-sanitizer --tool initcheck $CASE
 
 The mebcrs and hbell cases run under memcheck with ``--report-api-errors no``. Cases: mebcrs,
-cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue and hybrid, each function's docstring saying
-what it runs. Most run on ``hub_matrix``, whose hub row splits its window or strip over segments.
+cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue, hybrid and agnn_one_pass, each function's
+docstring saying what it runs. Most run on ``hub_matrix``, whose hub row splits its window or
+strip over segments.
 """
 
 import argparse
@@ -34,6 +35,7 @@ from flashgnn._cuda.spmm_fp32 import VARIANTS, spmm_fp32  # noqa: E402
 from flashgnn.formats import CVSE, GCOO, HBELL, TCACSR  # noqa: E402
 from flashgnn.formats.gcoo import GROUPS  # noqa: E402
 from flashgnn.nn import SparseLinear  # noqa: E402
+from flashgnn.ops import agnn_one_pass as agnn_one_pass_ops  # noqa: E402
 from flashgnn.ops import epilogue as epi  # noqa: E402
 from flashgnn.ops.replay import NodeReplay  # noqa: E402
 from flashgnn.ops.score_terms import score_terms  # noqa: E402
@@ -398,9 +400,40 @@ def hybrid_spmm() -> None:
         hybrid.forced_below = hybrid.from_environment()
 
 
+def agnn_one_pass() -> None:
+    """kernels/agnn_one_pass.cu: AGNN's one-pass forward (and the backward that recomputes P) in
+    every precision and output type, at 1, 7, 33 and 130 features (1, 2 and 4 features per lane,
+    two chunks), on ``hub_matrix`` with and without empty rows: its hub window is split over
+    segments, which the combine kernel merges."""
+    agnn_one_pass_ops.ONE_PASS = True
+    try:
+        for empty_rows in ((), (0, 5, 60)):
+            hub = hub_matrix(np.random.default_rng(2), empty_rows)
+            for k, precisions in ((8, ("fp16", "bf16", "fp32")), (4, ("tf32",))):
+                a = MEBCRS.from_csr(hub.indptr, hub.indices, n_cols=900, k=k, device="cuda")
+                for precision in precisions:
+                    for n, dtype in ((1, torch.float32), (7, torch.float16), (33, torch.bfloat16),
+                                     (130, torch.float32)):  # fmt: skip
+                        feat = torch.randn(900, n, device="cuda").to(dtype).requires_grad_()
+                        beta = torch.tensor([0.8], device="cuda", requires_grad=True)
+                        out = ops.agnn_propagate(a, feat, beta, precision)
+                        out.float().square().sum().backward()
+    finally:
+        agnn_one_pass_ops.ONE_PASS = None
+
+
 CASES = {
     "hybrid" if f is hybrid_spmm else f.__name__: f
-    for f in (mebcrs, cvse, hbell, tca_gcoo, sparse_linear, gcn_epilogue, hybrid_spmm)
+    for f in (
+        mebcrs,
+        cvse,
+        hbell,
+        tca_gcoo,
+        sparse_linear,
+        gcn_epilogue,
+        hybrid_spmm,
+        agnn_one_pass,
+    )
 }
 
 
