@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(128) agnn_one_pass(
     const typename Tag::T* __restrict__ unit, const typename Tag::T* __restrict__ x,
     const float* __restrict__ beta, typename OutTag::T* __restrict__ out, float* __restrict__ row_max,
     float* __restrict__ row_sum, float* __restrict__ workspace, float* __restrict__ part_stats) {
-    typedef typename Tag::T T;
     wait_for_previous_kernel();
+    typedef typename Tag::T T;
     const i64 seg = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (seg >= n_segments) return;  // a whole warp: the shuffles below see all 32 lanes
     const int lane = threadIdx.x & 31;
