@@ -28,6 +28,7 @@ from flashgnn.distributed.memory import (
     saved_bytes,
 )
 from flashgnn.models import build_model
+from flashgnn.ops import agnn_one_pass
 from tests.distributed.workers import WorkerGroup
 
 DIMS = (64, 32, 32, 19)
@@ -127,6 +128,154 @@ def test_estimate_of_the_host_features_and_kept_halo():
     layer1 = "forward layer 1: aggregation"
     assert roomy["phases"][layer1] - narrow["phases"][layer1] == (256 - 8) * 1360
     assert on_host["phases"][layer1] == roomy["phases"][layer1]
+
+
+# AGNN and GAT: every path of their layers (GAT: widening and narrowing, one and several heads,
+# concatenated and averaged, residual, the features' kept halo; AGNN: dropout, one pass).
+# Their parameters hold fewer elements than a rank has rows, so that what the estimate leaves
+# out, the parameters' autocast copies and attention vectors saved for the backward, is told
+# from what it counts, each of which holds at least one element per row.
+ATTENTION = {
+    "agnn": ("agnn", {"hidden_feats": 16, "num_layers": 2, "dropout": 0.5}, False),
+    "agnn-undropped-one-pass": (
+        "agnn",
+        {"hidden_feats": 16, "num_layers": 1, "dropout": 0.0},
+        True,
+    ),
+    "gat": (
+        "gat",
+        {"hidden_feats": 16, "heads": 2, "num_layers": 2, "feat_drop": 0.2, "attn_drop": 0.2},
+        False,
+    ),
+    "gat-averaged-residual-kept-halo": (
+        "gat",
+        {
+            "hidden_feats": 8,
+            "heads": 2,
+            "out_heads": 2,
+            "num_layers": 3,
+            "feat_drop": 0.0,
+            "attn_drop": 0.0,
+            "concat": False,
+            "residual": True,
+        },
+        False,
+    ),
+}
+WIDTHS = (24, 5)  # features, classes
+
+
+def _storage_bytes(tensors) -> int:
+    """The bytes of the storages under ``tensors``, each counted once (a stride-0 value
+    tensor: its one element)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def _format_tensors(fmt) -> list:
+    """An ME-BCRS's arrays and its transpose's, with the slot map and CSR row pointers."""
+    t = fmt.transpose()
+    arrays = ("row_ptr", "col_idx", "values", "perm", "vec_mask")
+    return [getattr(m, name) for m in (fmt, t.fmt) for name in arrays] + [t.src_slot, t.indptr]
+
+
+def attention_task(rank, world, nodes, name, kwargs, one_pass):
+    dataset = load_generated_igb(
+        "medium", num_nodes=nodes, num_edges=12 * nodes, num_features=WIDTHS[0]
+    )
+    part = FullGraphPartition.build(dataset, device="cpu", k=8)
+    torch.manual_seed(0)
+    model = build_model(name, *WIDTHS, **kwargs)
+    wrapped = part.wrap(model)
+    model.train()
+    saved = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = (storage.nbytes(), storage.nbytes() // t.element_size())
+        return t
+
+    agnn_one_pass.ONE_PASS = one_pass
+    try:
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            precision("fp16"),
+            torch.autocast("cpu", dtype=torch.float16),
+        ):
+            out = wrapped(part.graph, part.x)
+        out.float().sum().backward()  # the fp16 step runs through
+        total = wrapped.memory_estimate()
+        halo = [] if wrapped._features_halo is None else [wrapped._features_halo[1]]
+        # an evaluation (GAT: the features' halo rows kept from now on) leaves the estimate
+        model.eval()
+        with torch.no_grad(), precision("fp16"), torch.autocast("cpu", dtype=torch.float16):
+            wrapped(part.graph, part.x)
+        evaluated = wrapped._features_halo is not None, wrapped.memory_estimate() == total
+    finally:
+        agnn_one_pass.ONE_PASS = None
+    graph = part.graph
+    measured = {
+        "local graph CSR (indptr, indices, edge ids; int64)": [
+            graph.indptr,
+            graph.indices,
+            graph.edge_ids,
+        ],
+        "halo plan and sources' out-degrees (int64)": [part.plan.send_index, part.src_degrees],
+        "local graph's ME-BCRS and its transpose": _format_tensors(graph.adj(8)),
+        "features": [part.x],
+        "features' halo rows (kept)": halo,
+    }
+    for heads in {getattr(layer, "num_heads", 1) for layer in model.layers} - {1}:
+        measured[f"diag(A, ..., A) of {heads} heads and its transpose"] = _format_tensors(
+            graph.adj_heads(heads, 8)
+        )
+    held = {t.untyped_storage().data_ptr() for ts in measured.values() for t in ts}
+    held |= {p.untyped_storage().data_ptr() for p in model.parameters()}
+    rows = part.num_own
+    counted = sum(b for ptr, (b, n) in saved.items() if ptr not in held and n >= rows)
+    left_out = sum(b for ptr, (b, n) in saved.items() if ptr not in held and n < rows)
+    parameters = [(p.numel(), p.numel() * p.element_size()) for p in model.parameters()]
+    measured = {key: _storage_bytes(tensors) for key, tensors in measured.items()}
+    return measured, counted, left_out, parameters, rows, total, evaluated
+
+
+@pytest.mark.parametrize("nodes", [2000, 4000])
+@pytest.mark.parametrize("config", list(ATTENTION))
+def test_attention_estimate_matches_what_a_rank_holds(group, config, nodes):
+    results = group.run(attention_task, nodes, *ATTENTION[config])
+    persistent = _check_attention(results)
+    kept = persistent["features' halo rows (kept)"]
+    assert (kept > 0) == config.endswith("kept-halo")
+    for *_, (halo_after_evaluation, unchanged) in results:
+        assert halo_after_evaluation == config.startswith("gat") and unchanged
+
+
+def test_attention_estimate_of_a_one_part_partition():
+    # no halo: the heads' blocks have as many rows as columns, and er is a view of the terms
+    one = WorkerGroup(1)
+    try:
+        _check_attention(one.run(attention_task, 2000, *ATTENTION["gat"]))
+    finally:
+        one.close()
+
+
+def _check_attention(results) -> dict:
+    """Assert each rank's estimate against what it measured; the last rank's persistent
+    estimate."""
+    for measured, counted, left_out, parameters, rows, total, _ in results:
+        persistent = total["persistent"]
+        assert set(persistent) == set(measured) | {
+            "labels (int64), masks, training index and labels"
+        }
+        for key, size in measured.items():
+            assert persistent[key] == size, key
+        assert counted == sum(total["saved"].values())
+        # what is left out: the parameters' copies, each smaller than the rows' count
+        assert max(n for n, _ in parameters) < rows
+        assert left_out <= sum(size for _, size in parameters)
+        assert total["peak"] == max(total["phases"].values())
+        assert total["peak"] > sum(persistent.values()) + counted
+    return persistent
 
 
 # a rank's sizes: 1000 rows, 600 halo rows, 500 sent, 13000 edges in as many vectors
