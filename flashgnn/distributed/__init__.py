@@ -4,7 +4,7 @@ Full-graph training: ``partition_nodes`` splits the nodes, ``FullGraphPartition`
 rank's rows of the graph and its halo's exchange lists, ``FullGraphPartition.wrap`` runs a
 model on them, each graph layer's halo rows exchanged in blocks of columns (``halo``'s plan,
 ``aggregation``; GCN through ``projection`` and ``epilogue`` too; ``memory`` estimates what
-a GCN rank holds);
+a rank of GCN, AGNN or GAT holds);
 ``all_reduce_gradients`` and ``global_count`` combine the ranks' gradients and losses
 (``gradients`` says how)."""
 

@@ -41,6 +41,8 @@ from torch import Tensor, nn
 from ..nn import GATConv, GCNConv
 from ..nn.gat_conv import attend
 from ..nn.graph_input import ZeroInDegreeError
+from ..ops.agnn_one_pass import one_pass_enabled
+from ..ops.gat import _fused as fused_gat
 from ..ops.precision import half_storage
 from ..precision_context import block_width, resolve_precision
 from .aggregation import Exchanges, SplitRows, aggregate, with_halo
@@ -85,8 +87,12 @@ class FullGraphModel(nn.Module):
         # time each exchange of a forward that waits for it (exchange_ms); off, no event is made
         self.time_exchanges = False
         self._features_halo = None  # (partition.x's version, x_halo)
+        self._step_held_halo = False  # whether the last training step held them
         self._rows: dict = {}  # (norm, k) -> SplitRows
-        self._activation_bytes = 4  # per element of GCN's hidden activations, last forward
+        # per element of the hidden activations (GCN's, AGNN's, GAT's h W), last forward
+        self._activation_bytes = 4
+        self._pattern_k = None  # the block width of AGNN's and GAT's local graph, last forward
+        self._fused_attention = True  # GAT's attention computed inside its kernels
         for layer in model.layers:
             if not layer.allow_zero_in_degree and partition.graph.has_zero_in_degree():
                 raise ZeroInDegreeError(
@@ -133,7 +139,10 @@ class FullGraphModel(nn.Module):
                 f"{tuple(x_own.shape) if isinstance(x_own, Tensor) else type(x_own).__name__}"
             )
         self.exchanges = []
-        return self._forward(x_own)
+        out = self._forward(x_own)
+        if self.module.training:  # GAT's feature dropout leaves them to an evaluation
+            self._step_held_halo = self._features_halo is not None
+        return out
 
     # ------------------------------------------------------------------ the models
     def _gcn(self, x: Tensor) -> Tensor:
@@ -172,7 +181,9 @@ class FullGraphModel(nn.Module):
 
     def _agnn(self, x: Tensor) -> Tensor:
         model = self.module
+        self._pattern_k = block_width(resolve_precision(model.layers[0].precision))
         h = F.relu(model.encoder(model.dropout(x)))
+        self._activation_bytes = h.element_size()
         for layer in model.layers:
             h = layer(self.partition.graph, self._with_halo(h))
         return model.decoder(model.dropout(h))
@@ -222,6 +233,9 @@ class FullGraphModel(nn.Module):
             ft = self._with_halo(layer.fc(h))
         else:
             ft = layer.fc(self._with_halo(h))
+        precision = resolve_precision(layer.precision)
+        self._pattern_k, self._activation_bytes = block_width(precision), ft.element_size()
+        self._fused_attention = fused_gat(precision, self._pattern_k)
         rst, _ = attend(
             self.partition.graph,
             ft.view(ft.shape[0], heads, width),
@@ -230,7 +244,7 @@ class FullGraphModel(nn.Module):
             layer.attn_r,
             layer.leaky_relu.negative_slope,
             layer.attn_drop.p if layer.attn_drop.training else 0.0,
-            resolve_precision(layer.precision),
+            precision,
             replay=layer.replay,
         )
         if layer.res_fc is not None:
@@ -311,27 +325,61 @@ class FullGraphModel(nn.Module):
         )
 
     def memory_estimate(self) -> dict | None:
-        """``distributed.memory.estimate`` of this rank's GCN step, from the partition's sizes
-        and the matrices built (None before a GCN forward)."""
-        if not self._rows:
-            return None
-        from .memory import estimate, of_partition
+        """``distributed.memory``'s estimate of this rank's training step from the partition's
+        sizes: GCN's (``estimate``) with the matrices built, AGNN's and GAT's
+        (``attention_estimate``) with the local graph's pattern, the features' halo rows
+        counted where the last training step held them (None before a forward)."""
+        from .memory import attention_estimate, estimate, of_partition
 
         part = self.partition
-        rows = next(iter(self._rows.values()))
-        vectors = {
-            name: getattr(rows, name).col_idx.numel() for name in ("own", "own_t", "halo", "halo_t")
-        }
-        layers = self.module.layers
-        dims = [layers[0].in_feats] + [layer.out_feats for layer in layers]
-        sizes = of_partition(part, dims, self._activation_bytes, vectors)
         gpu = None
         if part.device.type == "cuda":
             gpu = torch.cuda.get_device_properties(part.device).total_memory
-        # on the CPU the features are in the device's memory wherever they are kept
-        host = part.features_on_host and gpu is not None
-        graph_on_host = part.graph.device != part.device
-        return estimate(sizes, host, self._features_halo is not None, gpu, graph_on_host)
+        kept_halo = self._step_held_halo
+        if self._rows:
+            rows = next(iter(self._rows.values()))
+            vectors = {
+                name: getattr(rows, name).col_idx.numel()
+                for name in ("own", "own_t", "halo", "halo_t")
+            }
+            layers = self.module.layers
+            dims = [layers[0].in_feats] + [layer.out_feats for layer in layers]
+            sizes = of_partition(part, dims, self._activation_bytes, vectors)
+            # on the CPU the features are in the device's memory wherever they are kept
+            host = part.features_on_host and gpu is not None
+            graph_on_host = part.graph.device != part.device
+            return estimate(sizes, host, kept_halo, gpu, graph_on_host)
+        if self._pattern_k is None:
+            return None
+        a = part.graph.adj(self._pattern_k)  # cached: built with the partition or the forward
+        own = int((a.col_idx < part.num_own).sum())
+        vectors = {"own": own, "halo": a.n_vectors - own, "t": a.transpose().fmt.n_vectors}
+        dims, layers = self._attention_layers()
+        sizes = of_partition(part, dims, self._activation_bytes, vectors)
+        return attention_estimate(sizes, layers, kept_halo, gpu, part.device.type == "cuda")
+
+    def _attention_layers(self) -> tuple[list[int], object]:
+        """(dims, ``memory.AGNNLayers`` or ``memory.GATLayers``) of the wrapped AGNN or GAT."""
+        from flashgnn.models import AGNN
+
+        from .memory import AGNNLayers, GATLayers
+
+        model = self.module
+        if isinstance(model, AGNN):
+            dims = [model.encoder.in_features, model.encoder.out_features]
+            layers = AGNNLayers(len(model.layers), model.dropout.p > 0, one_pass_enabled())
+            return dims + [model.decoder.out_features], layers
+        first = model.layers[0]
+        dims = [first.in_feats] + [layer.out_feats for layer in model.layers]
+        layers = GATLayers(
+            tuple(layer.num_heads for layer in model.layers),
+            model.concat,
+            first.feat_drop.p > 0,
+            first.attn_drop.p > 0,
+            any(isinstance(layer.res_fc, nn.Linear) for layer in model.layers),
+            self._fused_attention,
+        )
+        return dims, layers
 
     def _record(self, h: Tensor, cached: bool, clocks: list) -> None:
         self.exchanges.append(

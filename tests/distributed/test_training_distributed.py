@@ -57,6 +57,7 @@ def test_full_graph_on_two_ranks_follows_the_one_process_run(tmp_path, model):
     report = two["distributed"]
     assert report["mode"] == "full-graph" and report["partition"] == "contiguous"
     assert sum(r["num_own"] for r in report["ranks"]) == 500
+    assert all(r["peak_estimate_mb"] > 0 for r in report["ranks"])  # every model's estimate
 
 
 @pytest.mark.parametrize("partition", ["contiguous", "label-propagation"])
