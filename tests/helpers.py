@@ -1,11 +1,12 @@
-"""Helpers shared by the test modules: GPU marks, error measures, random CSR matrices and the
-real graphs of ../shared/datasets.
+"""Helpers shared by the test modules: GPU marks, error measures, random CSR matrices, the
+real graphs of ../shared/datasets and runs of the benchmark commands.
 
 Use ``from tests.helpers import ...``.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import warnings
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from flashgnn.cli import main
 from flashgnn.data.dlmc import DLMC_FILE
 from flashgnn.data.dlmc import load_dlmc as read_dlmc
 
@@ -172,3 +174,20 @@ def host_syncs(fn) -> int:
     # not the once-per-process note that the debug mode "does not yet detect all synchronizing
     # operations", which made the first call in a process count one
     return sum("called a synchronizing CUDA operation" in str(w.message) for w in caught)
+
+
+ONE_CALL = ("--warmup", "0", "--iters", "1")
+"""Benchmark options that time a single call with no warm-up: the fastest run of a harness."""
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    """The rows of the CSV file at ``path``, as dicts keyed by its header."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_bench(command: str, out: Path, *args: str) -> tuple[int, list[dict[str, str]]]:
+    """``flashgnn bench <command> --device cpu <args> --csv <out>``: (exit code, the rows of the
+    CSV it wrote)."""
+    code = main(["bench", command, "--device", "cpu", *args, "--csv", str(out)])
+    return code, read_csv(out)

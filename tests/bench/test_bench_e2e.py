@@ -2,7 +2,6 @@
 and implementation, the derived columns (amortised epoch, speedups) consistent with the timed
 ones, the CSV and its environment file; real and random node data; the PyG GAT twin."""
 
-import csv
 import json
 
 import pytest
@@ -14,6 +13,7 @@ from flashgnn.benchmarking import training as training_bench
 from flashgnn.cli import main
 from flashgnn.data.synthetic import load_synthetic
 from flashgnn.training.loop import prepare_graph
+from tests.helpers import ONE_CALL, run_bench
 
 pytest.importorskip("torch_geometric")
 
@@ -26,31 +26,19 @@ MODELS = {
 
 
 def _e2e(tmp_path, data_dir, *extra):
-    out = tmp_path / "e2e.csv"
-    code = main(
-        [
-            "bench",
-            "e2e",
-            "--quick",
-            "--device",
-            "cpu",
-            "--graphs",
-            "cora",
-            "--data",
-            str(data_dir),
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(tmp_path / "e2e.md"),
-            *extra,
-        ]
+    return run_bench(
+        "e2e",
+        tmp_path / "e2e.csv",
+        *ONE_CALL,
+        "--quick",
+        "--graphs",
+        "cora",
+        "--data",
+        str(data_dir),
+        "--markdown",
+        str(tmp_path / "e2e.md"),
+        *extra,
     )
-    with open(out) as f:
-        return code, list(csv.DictReader(f))
 
 
 def test_every_model_and_implementation_on_cora(tmp_path, data_dir):

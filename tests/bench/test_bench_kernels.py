@@ -1,7 +1,6 @@
 """The kernel benchmark harness (``flashgnn bench kernels``), run on the CPU on a tiny real
 graph: rows, formulas, --check, and that a failing or wrong kernel is recorded, not hidden."""
 
-import csv
 import json
 
 import numpy as np
@@ -13,38 +12,27 @@ from flashgnn.benchmarking.checks import ERROR_BOUND
 from flashgnn.benchmarking.graphs import load_graph
 from flashgnn.benchmarking.timing import BackToBackTimer, kernel_timer
 from flashgnn.cli import main
+from tests.helpers import ONE_CALL, run_bench
 
 GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
 
 
 def _run(tmp_path, data_dir, *extra):
-    out = tmp_path / "rows.csv"
     md = tmp_path / "rows.md"
-    code = main(
-        [
-            "bench",
-            "kernels",
-            "--device",
-            "cpu",
-            "--graphs",
-            GRAPH,
-            "--data",
-            str(data_dir),
-            "--sizes",
-            "8",
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(md),
-            *extra,
-        ]
+    code, rows = run_bench(
+        "kernels",
+        tmp_path / "rows.csv",
+        *ONE_CALL,
+        "--graphs",
+        GRAPH,
+        "--data",
+        str(data_dir),
+        "--sizes",
+        "8",
+        "--markdown",
+        str(md),
+        *extra,
     )
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
     return code, rows, md.read_text()
 
 
