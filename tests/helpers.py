@@ -186,6 +186,16 @@ def read_csv(path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a training run's metrics.csv (one per epoch), as dicts."""
+    return read_csv(Path(run_dir) / "metrics.csv")
+
+
+def run_losses(run_dir: Path) -> list[float]:
+    """The training loss of each epoch of the run in ``run_dir`` (its metrics.csv)."""
+    return [float(r["loss"]) for r in read_metrics(run_dir)]
+
+
 def run_bench(command: str, out: Path, *args: str) -> tuple[int, list[dict[str, str]]]:
     """``flashgnn bench <command> --device cpu <args> --csv <out>``: (exit code, the rows of the
     CSV it wrote)."""

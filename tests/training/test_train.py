@@ -17,24 +17,12 @@ from flashgnn.data import load_dataset
 from flashgnn.training import ConfigError, apply_overrides, load_config, resolve_config, train
 from flashgnn.training.loop import AUTO_CUDA_GRAPH_EDGES, use_cuda_graph
 from flashgnn.training.precision import RoundedMatmuls, precision_scope
-from tests.helpers import needs_gpu
+from tests.helpers import needs_gpu, read_metrics
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These graphs are too small for intra-op threads to pay off; on a busy machine two
-    OpenMP threads waiting on each other cost ten times the work itself."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_synthetic(tmp_path: Path, **train) -> dict:
