@@ -1,9 +1,11 @@
 """What a format whose values sit in a layout of slots reads back from the coordinates of its
-real slots: its CSR, a dense copy, and values moved between CSR order and the layout."""
+real slots: its CSR, a dense copy, and values moved between CSR order and the layout; and how a
+dataclass format moves to another device."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import Self
 
 import torch
 
@@ -18,6 +20,21 @@ def csr_order(
     indptr = torch.zeros(n_rows + 1, dtype=torch.int64, device=rows.device)
     indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n_rows), 0)
     return indptr, order
+
+
+def moved_to(fmt, device):
+    """A copy of the dataclass format ``fmt`` with every tensor field on ``device`` and every
+    cache cleared: a format's fields left out of comparisons hold data derived from its arrays
+    (None until first needed)."""
+    device = torch.device(device)
+    changes = {}
+    for f in fields(fmt):
+        value = getattr(fmt, f.name)
+        if not f.compare:
+            changes[f.name] = None
+        elif isinstance(value, torch.Tensor):
+            changes[f.name] = value.to(device)
+    return replace(fmt, **changes)
 
 
 class SlotLayout:
@@ -36,6 +53,10 @@ class SlotLayout:
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n_rows, self.n_cols)
+
+    def to(self, device) -> Self:
+        """The same matrix with its arrays on ``device``."""
+        return moved_to(self, device)
 
     def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read

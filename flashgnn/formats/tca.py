@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .slot_layout import moved_to
 from .windowed import MAX_DIM, SlotCoords, csr_on_device
 
 CHUNK = 64  # nonzeros of one MMA's right operand (8 x 8)
@@ -179,11 +180,8 @@ class TCACSR:
         return replace(self, values=values)
 
     def to(self, device) -> TCACSR:
-        device = torch.device(device)
-        names = ("indptr", "indices", "values", "warp_row", "warp_rank", "row_warps")
-        return replace(
-            self, **{name: getattr(self, name).to(device) for name in names}, _coords=None
-        )
+        """The same matrix with its arrays on ``device``."""
+        return moved_to(self, device)
 
 
 def build_tca_schedule(indptr: torch.Tensor):
