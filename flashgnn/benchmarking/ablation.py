@@ -33,7 +33,7 @@ from .errors import describe_error
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .kernels import STORAGE
 from .mma_cost import padding_fraction, sddmm_cost, spmm_cost
-from .options import QUICK_SCALE, add_run_arguments
+from .options import QUICK_SCALE, add_quick_argument, add_run_arguments
 from .timing import KERNEL_HEAD_START, Timer
 
 PLAN = (("spmm", 32), ("spmm", 128), ("sddmm", 32))
@@ -68,11 +68,7 @@ def add_arguments(p) -> None:
         help="comma list of graph names, or real, generated, all (default all)",
     )
     p.add_argument("--precision", default="fp16", choices=("fp16", "bf16"))
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check", action="store_true", help="check every result against float64 torch.sparse"
     )

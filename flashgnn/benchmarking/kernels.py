@@ -46,7 +46,7 @@ from .environment import environment
 from .errors import describe_error
 from .format_specs import SPECS, FormatSpec, parse_formats
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
-from .options import QUICK_SCALE, add_run_arguments, comma_list
+from .options import QUICK_SCALE, add_quick_argument, add_run_arguments, comma_list
 from .table import Row
 from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
@@ -84,11 +84,7 @@ def add_arguments(p) -> None:
         default=None,
         help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)",
     )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check",
         action="store_true",

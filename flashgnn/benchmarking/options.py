@@ -33,6 +33,15 @@ def add_data_arguments(p) -> None:
     )
 
 
+def add_quick_argument(p) -> None:
+    """``--quick``: a short run of a benchmark over the real and the generated graphs."""
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
+    )
+
+
 def add_run_arguments(p) -> None:
     """Device, data and timing options shared by the kernel-level benchmarks."""
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -39,7 +39,7 @@ from .errors import describe_error
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .kernels import STORAGE
 from .mma_cost import spmm_cost
-from .options import QUICK_SCALE, add_run_arguments, comma_list
+from .options import QUICK_SCALE, add_quick_argument, add_run_arguments, comma_list
 from .timing import KERNEL_HEAD_START, ProfilerTimer, Timer, timed_call
 
 EPOCH_SPMMS = 3
@@ -96,11 +96,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--size", type=int, default=128, help="SpMM's N (default 128)")
     p.add_argument("--precision", default="fp16", choices=PRECISIONS)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check",
         action="store_true",
