@@ -19,6 +19,7 @@ import torch
 from flashgnn.cli import main
 from flashgnn.data.dlmc import DLMC_FILE
 from flashgnn.data.dlmc import load_dlmc as read_dlmc
+from flashgnn.formats.mebcrs import MEBCRS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,6 +97,22 @@ def csr_from_coo(
     m.indptr = m.indptr.astype(index_dtype)
     m.indices = m.indices.astype(index_dtype)
     return m
+
+
+def mebcrs_of(m: sp.csr_matrix, k: int = 8, device="cpu") -> MEBCRS:
+    """ME-BCRS of the canonical scipy CSR ``m`` (its shape, its values in float32, which the
+    kernels take where float64 values would take the reference), on ``device``."""
+    values = torch.from_numpy(m.data).float()
+    return MEBCRS.from_csr(m.indptr, m.indices, values, n_cols=m.shape[1], k=k, device=device)
+
+
+def without_rows(m: sp.csr_matrix, rows) -> sp.csr_matrix:
+    """``m`` with the nonzeros of ``rows`` (an index or a slice) removed."""
+    keep = np.ones(m.shape[0])
+    keep[rows] = 0
+    out = (sp.diags(keep) @ m).tocsr()
+    out.eliminate_zeros()
+    return out
 
 
 def data_dir() -> Path | None:
