@@ -186,3 +186,19 @@ def test_generated_graph_is_cached(tmp_path):
     )
     with np.load(cached) as d:
         assert np.array_equal(d["indices"], first.indices)
+
+
+@pytest.mark.parametrize(
+    "command, hint",
+    [
+        ("kernels", "use --device cpu for a (slow) CPU run"),
+        ("ablation", "use --device cpu for a (slow) CPU run"),
+        ("reorder", "use --device cpu for the vectors and the reordering time alone"),
+        ("seeds", "use --device cpu"),
+        ("sparse-linear", "use --device cpu"),
+    ],
+)
+def test_a_cuda_run_without_a_gpu_is_refused(command, hint, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", command, "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == f"flashgnn bench {command}: no CUDA device; {hint}\n"
