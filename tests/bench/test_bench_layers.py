@@ -193,6 +193,13 @@ def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
     torch.manual_seed(0)
     model = build_model(name, 16, 4, hidden_feats=32, num_layers=2)
     twin = layer_bench.pyg_twin(model, layer_bench.pyg_adjacency(graph, path), cached=True)
+    assert_trains_like(model, twin, graph, data)
+
+
+def assert_trains_like(model, twin, graph, data):
+    """Three steps of the benchmark's training step on ``data`` (fp32, the same seed for
+    each): the flashgnn ``model`` on ``graph`` and its PyG ``twin`` on the same graph give the
+    same losses, and they fall."""
     losses = []
     for module, g in ((model, prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
         step = training_bench.training_step(module, g, data.x, data.y, data.train_mask, "fp32")
