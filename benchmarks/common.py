@@ -10,13 +10,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import functools  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
 
 from flashgnn._cuda.sources import KernelSource  # noqa: E402
+from flashgnn.formats.mebcrs import MEBCRS  # noqa: E402
 
-__all__ = ["REPO_ROOT", "FileSource", "GraphOperands", "graph_operands"]
+__all__ = ["REPO_ROOT", "FileSource", "GraphOperands", "graph_operands", "mebcrs_by_width"]
 
 
 class FileSource(KernelSource):
@@ -54,3 +57,22 @@ def graph_operands(g, device: torch.device) -> GraphOperands:
         indptr.to(torch.int32), indices, values, (g.num_nodes, g.num_nodes)
     )
     return GraphOperands(indptr, indices, values, csr, gen)
+
+
+def mebcrs_by_width(operands: GraphOperands) -> Callable[[int], MEBCRS]:
+    """``k -> the ME-BCRS of block width k`` of the operands' CSR (values included), on their
+    device, each built once."""
+    n_cols = operands.csr.shape[1]
+
+    @functools.cache
+    def build(k: int) -> MEBCRS:
+        return MEBCRS.from_csr(
+            operands.indptr,
+            operands.indices,
+            operands.values,
+            n_cols=n_cols,
+            k=k,
+            device=operands.indptr.device,
+        )
+
+    return build

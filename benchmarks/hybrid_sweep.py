@@ -28,7 +28,6 @@ from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE
 from flashgnn.benchmarking.timing import ProfilerTimer
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.pattern_nnz import pattern_nnz
 from flashgnn.precision_context import block_width
 
@@ -71,18 +70,14 @@ def main() -> int:
     try:
         for name in resolve_names(args.graphs, root):
             g = load_graph(name, root, 1, DEFAULT_CACHE_DIR)
-            indptr, indices, values, csr, gen = common.graph_operands(g, device)
-            formats = {}
+            operands = common.graph_operands(g, device)
+            csr, gen, mebcrs = operands.csr, operands.gen, common.mebcrs_by_width(operands)
             for n in (int(s) for s in args.sizes.split(",")):
                 x = torch.randn(g.num_nodes, n, generator=gen, device=device)
                 cusparse = timer(lambda: torch.sparse.mm(csr, x)).ms
                 for precision in args.precisions.split(","):
                     k = block_width(precision)
-                    if k not in formats:
-                        formats[k] = MEBCRS.from_csr(
-                            indptr, indices, values, n_cols=g.num_nodes, k=k, device=device
-                        )
-                    a = formats[k]
+                    a = mebcrs(k)
                     per_vector = pattern_nnz(a.vec_mask) / max(a.n_vectors, 1)
                     xs = x.to(STORAGE[precision])
                     first = None

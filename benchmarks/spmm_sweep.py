@@ -27,7 +27,6 @@ from flashgnn.benchmarking import table
 from flashgnn.benchmarking.graphs import DEFAULT_CACHE_DIR, data_dir, load_graph, resolve_names
 from flashgnn.benchmarking.kernels import STORAGE
 from flashgnn.benchmarking.timing import TIMERS, kernel_timer
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.precision_context import block_width
 
 
@@ -121,18 +120,14 @@ def main() -> int:
     rows, mismatches, first = [], 0, {}
     for name in resolve_names(args.graphs, root):
         g = load_graph(name, root, 1, DEFAULT_CACHE_DIR)
-        indptr, indices, values, csr, gen = common.graph_operands(g, device)
-        formats = {}
+        operands = common.graph_operands(g, device)
+        csr, gen, mebcrs = operands.csr, operands.gen, common.mebcrs_by_width(operands)
         for n in ints(args.sizes):
             x = torch.randn(g.num_nodes, n, generator=gen, device=device)
             base = timer(lambda: torch.sparse.mm(csr, x)).ms
             for precision in args.precisions.split(","):
                 k = block_width(precision)
-                if k not in formats:
-                    formats[k] = MEBCRS.from_csr(
-                        indptr, indices, values, n_cols=g.num_nodes, k=k, device=device
-                    )
-                a = formats[k]
+                a = mebcrs(k)
                 xs = x.to(STORAGE[precision])
                 for seg, ways, fuse, features, call in variants(a, xs, k, precision, args):
                     m = timer(call)

@@ -8,7 +8,7 @@ from torch import nn
 
 from flashgnn.nn import AGNNConv
 
-from .arguments import check_beta, check_probability, check_size
+from .arguments import check_beta, check_layer_sizes, check_probability
 from .graphs import per_layer
 
 
@@ -36,10 +36,7 @@ class AGNN(nn.Module):
         allow_zero_in_degree: bool = False,
     ):
         super().__init__()
-        check_size("in_feats", in_feats)
-        check_size("hidden_feats", hidden_feats)
-        check_size("out_feats", out_feats)
-        check_size("num_layers", num_layers)
+        check_layer_sizes(in_feats, hidden_feats, out_feats, num_layers)
         check_probability("dropout", dropout)
         check_beta("first_beta", first_beta)
         self.encoder = nn.Linear(in_feats, hidden_feats)

@@ -13,6 +13,17 @@ def check_size(name: str, value) -> None:
         raise ValueError(f"{name} must be >= 1 (an integer), got {value!r}")
 
 
+def check_layer_sizes(in_feats, hidden_feats, out_feats, num_layers) -> None:
+    """``check_size`` of the widths and the layer count that every model takes."""
+    for name, value in (
+        ("in_feats", in_feats),
+        ("hidden_feats", hidden_feats),
+        ("out_feats", out_feats),
+        ("num_layers", num_layers),
+    ):
+        check_size(name, value)
+
+
 def check_probability(name: str, value) -> None:
     """ValueError unless ``value`` is a number in [0, 1) (a dropout rate)."""
     if (

@@ -8,7 +8,7 @@ from torch import nn
 
 from flashgnn.nn import GATConv
 
-from .arguments import check_probability, check_size
+from .arguments import check_layer_sizes, check_probability, check_size
 from .graphs import per_layer
 
 
@@ -36,10 +36,7 @@ class GAT(nn.Module):
         allow_zero_in_degree: bool = False,
     ):
         super().__init__()
-        check_size("in_feats", in_feats)
-        check_size("hidden_feats", hidden_feats)
-        check_size("out_feats", out_feats)
-        check_size("num_layers", num_layers)
+        check_layer_sizes(in_feats, hidden_feats, out_feats, num_layers)
         check_size("heads", heads)
         check_size("out_heads", out_heads)
         check_probability("feat_drop", feat_drop)

@@ -9,7 +9,7 @@ from torch import nn
 from flashgnn.nn import GCNConv
 from flashgnn.ops import epilogue as epi
 
-from .arguments import check_probability, check_size
+from .arguments import check_layer_sizes, check_probability
 from .graphs import per_layer
 
 
@@ -43,10 +43,7 @@ class GCN(nn.Module):
         fused_epilogue: bool = True,
     ):
         super().__init__()
-        check_size("in_feats", in_feats)
-        check_size("hidden_feats", hidden_feats)
-        check_size("out_feats", out_feats)
-        check_size("num_layers", num_layers)
+        check_layer_sizes(in_feats, hidden_feats, out_feats, num_layers)
         check_probability("dropout", dropout)
         check_probability("input_dropout", input_dropout)
         dims = [in_feats] + [hidden_feats] * (num_layers - 1) + [out_feats]

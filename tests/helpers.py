@@ -1,11 +1,12 @@
-"""Helpers shared by the test modules: GPU marks, error measures, random CSR matrices and the
-real graphs of ../shared/datasets.
+"""Helpers shared by the test modules: GPU marks, error measures, random CSR matrices, the
+real graphs of ../shared/datasets and runs of the benchmark commands.
 
 Use ``from tests.helpers import ...``.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import warnings
 from pathlib import Path
@@ -15,8 +16,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from flashgnn.cli import main
 from flashgnn.data.dlmc import DLMC_FILE
 from flashgnn.data.dlmc import load_dlmc as read_dlmc
+from flashgnn.formats.mebcrs import MEBCRS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,6 +99,22 @@ def csr_from_coo(
     return m
 
 
+def mebcrs_of(m: sp.csr_matrix, k: int = 8, device="cpu") -> MEBCRS:
+    """ME-BCRS of the canonical scipy CSR ``m`` (its shape, its values in float32, which the
+    kernels take where float64 values would take the reference), on ``device``."""
+    values = torch.from_numpy(m.data).float()
+    return MEBCRS.from_csr(m.indptr, m.indices, values, n_cols=m.shape[1], k=k, device=device)
+
+
+def without_rows(m: sp.csr_matrix, rows) -> sp.csr_matrix:
+    """``m`` with the nonzeros of ``rows`` (an index or a slice) removed."""
+    keep = np.ones(m.shape[0])
+    keep[rows] = 0
+    out = (sp.diags(keep) @ m).tocsr()
+    out.eliminate_zeros()
+    return out
+
+
 def data_dir() -> Path | None:
     """The real datasets: ``$FLASHGNN_DATA``, default ``<repo>/../shared/datasets``; None when
     absent."""
@@ -172,3 +191,30 @@ def host_syncs(fn) -> int:
     # not the once-per-process note that the debug mode "does not yet detect all synchronizing
     # operations", which made the first call in a process count one
     return sum("called a synchronizing CUDA operation" in str(w.message) for w in caught)
+
+
+ONE_CALL = ("--warmup", "0", "--iters", "1")
+"""Benchmark options that time a single call with no warm-up: the fastest run of a harness."""
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    """The rows of the CSV file at ``path``, as dicts keyed by its header."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    """The rows of a training run's metrics.csv (one per epoch), as dicts."""
+    return read_csv(Path(run_dir) / "metrics.csv")
+
+
+def run_losses(run_dir: Path) -> list[float]:
+    """The training loss of each epoch of the run in ``run_dir`` (its metrics.csv)."""
+    return [float(r["loss"]) for r in read_metrics(run_dir)]
+
+
+def run_bench(command: str, out: Path, *args: str) -> tuple[int, list[dict[str, str]]]:
+    """``flashgnn bench <command> --device cpu <args> --csv <out>``: (exit code, the rows of the
+    CSV it wrote)."""
+    code = main(["bench", command, "--device", "cpu", *args, "--csv", str(out)])
+    return code, read_csv(out)

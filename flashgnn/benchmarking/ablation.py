@@ -17,7 +17,6 @@ designs alone.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,14 @@ from .errors import describe_error
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .kernels import STORAGE
 from .mma_cost import padding_fraction, sddmm_cost, spmm_cost
-from .options import QUICK_SCALE, add_run_arguments
+from .options import (
+    QUICK_SCALE,
+    SLOW_CPU_RUN,
+    add_quick_argument,
+    add_run_arguments,
+    cuda_missing,
+    timed_calls,
+)
 from .timing import KERNEL_HEAD_START, Timer
 
 PLAN = (("spmm", 32), ("spmm", 128), ("sddmm", 32))
@@ -68,11 +74,7 @@ def add_arguments(p) -> None:
         help="comma list of graph names, or real, generated, all (default all)",
     )
     p.add_argument("--precision", default="fp16", choices=("fp16", "bf16"))
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check", action="store_true", help="check every result against float64 torch.sparse"
     )
@@ -271,16 +273,11 @@ def markdown(env: dict, summary_table, rows: list[AblationRow]) -> str:
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print(
-            "flashgnn bench ablation: no CUDA device; use --device cpu for a (slow) CPU run",
-            file=sys.stderr,
-        )
+    if cuda_missing(device, "ablation", SLOW_CPU_RUN):
         return 2
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
-    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
-    iters = args.iters if args.iters is not None else (10 if args.quick else 30)
+    warmup, iters = timed_calls(args)
     timer = Timer(device, warmup, iters, KERNEL_HEAD_START)
     rows: list[AblationRow] = []
     for name in names:

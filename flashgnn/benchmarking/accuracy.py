@@ -37,7 +37,7 @@ from ..ops import PRECISIONS
 from . import table
 from .environment import environment
 from .errors import describe_error
-from .options import comma_list
+from .options import comma_list, cuda_missing
 from .results import REPO_ROOT
 from .timing import Timer
 
@@ -255,8 +255,7 @@ def kept_rows(
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("flashgnn bench accuracy: no CUDA device; use --device cpu", file=sys.stderr)
+    if cuda_missing(device, "accuracy"):
         return 2
     names = [t.strip() for t in args.configs.split(",") if t.strip()]
     paths = [config_path(n) for n in names]

@@ -48,7 +48,6 @@ import torch
 
 from ..data import Dataset
 from ..data.dataset import graph_from_csr, random_split
-from ..data.metrics import scorer
 from ..data.npz import load_npz
 from ..data.synthetic import load_synthetic
 from .errors import describe_error
@@ -125,17 +124,8 @@ def random_node_data(name: str, root: Path, seed: int) -> Dataset:
     x = torch.randn(g.num_nodes, RANDOM_FEATURES, generator=gen)
     y = torch.randint(0, RANDOM_CLASSES, (g.num_nodes,), generator=gen)
     masks = random_split(np.arange(g.num_nodes), g.num_nodes, (0.6, 0.2), seed)
-    return Dataset(
-        name,
-        graph_from_csr(g.indptr, g.indices, g.num_nodes),
-        x,
-        y,
-        *masks,
-        num_classes=RANDOM_CLASSES,
-        multi_label=False,
-        metric="accuracy",
-        scorer=scorer("accuracy"),
-    )
+    graph = graph_from_csr(g.indptr, g.indices, g.num_nodes)
+    return Dataset.single_label(name, graph, x, y, masks, RANDOM_CLASSES)
 
 
 def run(args) -> int:

@@ -31,7 +31,6 @@ such as an illegal address, every later GPU row fails too).
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
@@ -46,7 +45,15 @@ from .environment import environment
 from .errors import describe_error
 from .format_specs import SPECS, FormatSpec, parse_formats
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
-from .options import QUICK_SCALE, add_run_arguments, comma_list
+from .options import (
+    QUICK_SCALE,
+    SLOW_CPU_RUN,
+    add_quick_argument,
+    add_run_arguments,
+    comma_list,
+    cuda_missing,
+    timed_calls,
+)
 from .table import Row
 from .timing import TIMERS, BackToBackTimer, Timer, kernel_timer
 
@@ -84,11 +91,7 @@ def add_arguments(p) -> None:
         default=None,
         help="N (SpMM) and K (SDDMM), comma list (default: 32,128,256 and 32,128)",
     )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check",
         action="store_true",
@@ -458,11 +461,7 @@ def markdown(env: dict, summary_table, rows: list[Row], graphs: list[dict]) -> s
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print(
-            "flashgnn bench kernels: no CUDA device; use --device cpu for a (slow) CPU run",
-            file=sys.stderr,
-        )
+    if cuda_missing(device, "kernels", SLOW_CPU_RUN):
         return 2
     ops = comma_list(args.ops, OPS, "ops")
     chosen = comma_list(args.precisions, PRECISIONS, "precisions") if args.precisions else None
@@ -472,8 +471,7 @@ def run(args) -> int:
     }
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
-    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
-    iters = args.iters if args.iters is not None else (10 if args.quick else 30)
+    warmup, iters = timed_calls(args)
     cold = kernel_timer("cold", device, warmup, iters)
     timer = cold if args.timer == "cold" else kernel_timer(args.timer, device, warmup, iters)
     others = [spec for spec in parse_formats(args.formats) if spec.name != "mebcrs"]

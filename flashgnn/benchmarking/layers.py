@@ -74,7 +74,7 @@ from .checks import relative_error
 from .environment import environment
 from .errors import describe_error
 from .graphs import GENERATED, data_dir, load_graph, resolve_names
-from .options import QUICK_SCALE, add_data_arguments, comma_list
+from .options import QUICK_SCALE, SLOW_CPU_RUN, add_data_arguments, comma_list, cuda_missing
 from .timing import Timer, free_device_memory, timed_call, wall_per_call
 
 DEFAULT_GRAPHS = "powerlaw_products,musae_github"
@@ -381,11 +381,7 @@ def add_common_arguments(p) -> None:
 def setup(args, name: str) -> tuple[torch.device, Timer, list[str], list[str]] | None:
     """(device, timer, flashgnn precisions, notes), or None (after a message) without CUDA."""
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print(
-            f"flashgnn bench {name}: no CUDA device; use --device cpu for a (slow) CPU run",
-            file=sys.stderr,
-        )
+    if cuda_missing(device, name, SLOW_CPU_RUN):
         return None
     precisions = comma_list(args.precisions, PRECISIONS, "precisions")
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -9,6 +10,17 @@ import torch
 from .graphs import DEFAULT_CACHE_DIR
 
 QUICK_SCALE = 16  # --quick divides the generated graphs' nodes and edges by this
+SLOW_CPU_RUN = " for a (slow) CPU run"
+
+
+def cuda_missing(device: torch.device, name: str, cpu_run: str = "") -> bool:
+    """Whether ``device`` is CUDA on a machine without one, after saying so on stderr: the
+    first check of ``flashgnn bench <name>``, which then exits with status 2. ``cpu_run`` ends
+    the hint to use --device cpu (what a CPU run gives)."""
+    if device.type != "cuda" or torch.cuda.is_available():
+        return False
+    print(f"flashgnn bench {name}: no CUDA device; use --device cpu{cpu_run}", file=sys.stderr)
+    return True
 
 
 def comma_list(text: str, allowed, what: str) -> list[str]:
@@ -33,6 +45,15 @@ def add_data_arguments(p) -> None:
     )
 
 
+def add_quick_argument(p) -> None:
+    """``--quick``: a short run of a benchmark over the real and the generated graphs."""
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
+    )
+
+
 def add_run_arguments(p) -> None:
     """Device, data and timing options shared by the kernel-level benchmarks."""
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -47,3 +68,11 @@ def add_run_arguments(p) -> None:
         help="timed calls, the median is reported (default 30, quick 10)",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def timed_calls(args) -> tuple[int, int]:
+    """(warmup, iters) of a run with ``add_run_arguments``' options: as given, else their
+    defaults, fewer under --quick."""
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
+    iters = args.iters if args.iters is not None else (10 if args.quick else 30)
+    return warmup, iters

@@ -22,7 +22,6 @@ graph's order, with float64 torch.sparse on the original graph (bounds: ``checks
 from __future__ import annotations
 
 import importlib.util
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,14 @@ from .errors import describe_error
 from .graphs import BenchGraph, data_dir, load_graph, resolve_names
 from .kernels import STORAGE
 from .mma_cost import spmm_cost
-from .options import QUICK_SCALE, add_run_arguments, comma_list
+from .options import (
+    QUICK_SCALE,
+    add_quick_argument,
+    add_run_arguments,
+    comma_list,
+    cuda_missing,
+    timed_calls,
+)
 from .timing import KERNEL_HEAD_START, ProfilerTimer, Timer, timed_call
 
 EPOCH_SPMMS = 3
@@ -96,11 +102,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--size", type=int, default=128, help="SpMM's N (default 128)")
     p.add_argument("--precision", default="fp16", choices=PRECISIONS)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"fewer timed calls and the generated graphs divided by {QUICK_SCALE}",
-    )
+    add_quick_argument(p)
     p.add_argument(
         "--check",
         action="store_true",
@@ -310,20 +312,14 @@ row of X gathered per vector), the times before and after and the reordering wei
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print(
-            "flashgnn bench reorder: no CUDA device; use --device cpu for the vectors and the "
-            "reordering time alone",
-            file=sys.stderr,
-        )
+    if cuda_missing(device, "reorder", " for the vectors and the reordering time alone"):
         return 2
     methods = comma_list(args.methods, METHODS, "methods")
     if args.size < 1:
         raise ValueError(f"--size must be >= 1, got {args.size}")
     root = data_dir(args.data)
     names = resolve_names(args.graphs, root)
-    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
-    iters = args.iters if args.iters is not None else (10 if args.quick else 30)
+    warmup, iters = timed_calls(args)
     timer = ProfilerTimer(device, warmup, iters) if device.type == "cuda" else None
     bench = ReorderBench(device, timer, methods, args.size, args.precision, args.check, args.seed)
     for name in names:

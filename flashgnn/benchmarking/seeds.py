@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from .environment import environment
 from .errors import describe_error
 from .format_specs import SPECS, FormatSpec, parse_formats
 from .graphs import data_dir, load_graph, resolve_names
-from .options import add_run_arguments, comma_list
+from .options import add_run_arguments, comma_list, cuda_missing
 from .timing import KERNEL_HEAD_START, ProfilerTimer, Timer, wall_per_call
 
 INPUTS = ("dlmc", "graphs", "patterns")
@@ -570,8 +569,7 @@ def markdown(env: dict, rows: list[SeedRow]) -> str:
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("flashgnn bench seeds: no CUDA device; use --device cpu", file=sys.stderr)
+    if cuda_missing(device, "seeds"):
         return 2
     kinds = comma_list(args.inputs, INPUTS, "inputs")
     specs = parse_formats(args.backends, "backends")

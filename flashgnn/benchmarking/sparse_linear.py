@@ -22,7 +22,6 @@ cuSPARSE. The crossover sparsity of each V is where the forward's speedup over d
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from ..nn.sparse_linear import SparseLinear
 from . import table
 from .environment import environment
 from .errors import describe_error
-from .options import comma_list
+from .options import comma_list, cuda_missing
 from .timing import ProfilerTimer, Timer, wall_median_ms
 
 VECTORS = ("2", "4", "8")
@@ -169,8 +168,7 @@ def crossovers(rows: list[Row]) -> dict[int, float | None]:
 
 def run(args) -> int:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("flashgnn bench sparse-linear: no CUDA device; use --device cpu", file=sys.stderr)
+    if cuda_missing(device, "sparse-linear"):
         return 2
     vectors = [int(v) for v in comma_list(args.vectors, VECTORS, "vectors")]
     sparsities = _sparsities(args.sparsities)

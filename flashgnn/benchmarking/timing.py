@@ -63,6 +63,14 @@ class Measurement:
     calls: int = 1  # calls per sample (BackToBackTimer)
 
 
+def _warm_up(timer, fn: Callable[[], Any], warmup: int | None, iters: int | None) -> int:
+    """The start of a timer's call: ``fn()`` called ``warmup`` times untimed (the timer's own
+    count when None); returns the number of timed calls, ``iters`` or the timer's own."""
+    for _ in range(timer.warmup if warmup is None else warmup):
+        fn()
+    return timer.iters if iters is None else iters
+
+
 class Timer:
     """``Timer(device, warmup, iters, head_start)(fn)`` -> Measurement of ``fn()``, cold: after
     ``warmup`` untimed calls, each sample is the CUDA-event time of one call, from an event
@@ -101,9 +109,7 @@ class Timer:
         self, fn: Callable[[], Any], warmup: int | None = None, iters: int | None = None
     ) -> Measurement:
         """Time ``fn()``; ``warmup`` and ``iters`` override the timer's own for this call."""
-        for _ in range(self.warmup if warmup is None else warmup):
-            fn()
-        iters = self.iters if iters is None else iters
+        iters = _warm_up(self, fn, warmup, iters)
         if self._scratch is None:
             return self._time_cpu(fn, iters)
         return self._time_cuda(fn, iters)
@@ -179,9 +185,7 @@ class BackToBackTimer:
     def __call__(
         self, fn: Callable[[], Any], warmup: int | None = None, iters: int | None = None
     ) -> Measurement:
-        for _ in range(self.warmup if warmup is None else warmup):
-            fn()
-        iters = self.iters if iters is None else iters
+        iters = _warm_up(self, fn, warmup, iters)
         sample = self._samples_cuda if self.device.type == "cuda" else self._samples_cpu
         probe, _ = sample(fn, 1, 3)
         calls = max(
@@ -248,10 +252,8 @@ class ProfilerTimer:
     ) -> Measurement:
         from torch.profiler import ProfilerActivity, profile
 
-        for _ in range(self.warmup if warmup is None else warmup):
-            fn()
         samples, result = [], None
-        for _ in range(self.iters if iters is None else iters):
+        for _ in range(_warm_up(self, fn, warmup, iters)):
             torch.cuda.synchronize(self.device)
             result = None
             with profile(activities=[ProfilerActivity.CUDA]) as prof:

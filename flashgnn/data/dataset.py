@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from ..reorder import Reordering
-from .metrics import METRICS, check_logits
+from .metrics import METRICS, check_logits, scorer
 
 _REPO_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
@@ -73,6 +73,24 @@ class Dataset:
             if not bool(mask.any()):
                 raise ValueError(f"{split} selects no node")
         self._check_labels()
+
+    @classmethod
+    def single_label(
+        cls, name: str, graph: Graph, x: Tensor, y: Tensor, masks, num_classes: int
+    ) -> Dataset:
+        """A dataset of one class id per node (y int64 [num_nodes]), scored by accuracy;
+        ``masks`` is (train_mask, val_mask, test_mask)."""
+        return cls(
+            name,
+            graph,
+            x,
+            y,
+            *masks,
+            num_classes=num_classes,
+            multi_label=False,
+            metric="accuracy",
+            scorer=scorer("accuracy"),
+        )
 
     def _check_labels(self) -> None:
         """Class ids in [0, num_classes) or -1, and every node of a split labelled (0/1 for

@@ -24,7 +24,6 @@ import torch
 from .csr import edges_to_csr
 from .dataset import Dataset, graph_from_csr, missing_files, random_split
 from .files import load_npy
-from .metrics import scorer
 
 IGB_NUM_NODES = {
     "tiny": 100_000,
@@ -117,14 +116,11 @@ def load_igb(
         edges[:, 0], edges[:, 1], n, undirected=undirected, progress=progress, desc=f"igb-{size}"
     )
     masks = random_split(np.arange(num_labelled), n, (0.6, 0.2), seed)
-    return Dataset(
+    return Dataset.single_label(
         f"igb-{size}",
         graph_from_csr(indptr, indices, n),
         torch.from_numpy(x),
         torch.from_numpy(y),
-        *masks,
-        num_classes=num_classes,
-        multi_label=False,
-        metric="accuracy",
-        scorer=scorer("accuracy"),
+        masks,
+        num_classes,
     )

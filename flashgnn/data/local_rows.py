@@ -271,20 +271,13 @@ def _own_in_edges(edges, own: np.ndarray, n: int, undirected: bool):
 def load_generated_igb(size: str, **kw) -> Dataset:
     """The whole generated IGB-like graph of ``size`` as a Dataset (one rank's rows of one)."""
     from ..graph import Graph
-    from .metrics import scorer
 
     rows = generated_igb_rows(size, 0, 1, **kw)
-    n = rows.info.num_nodes
-    return Dataset(
+    return Dataset.single_label(
         rows.info.name,
-        Graph(rows.indptr, rows.indices, n),
+        Graph(rows.indptr, rows.indices, rows.info.num_nodes),
         rows.x,
         rows.y,
-        rows.train_mask,
-        rows.val_mask,
-        rows.test_mask,
-        num_classes=rows.info.num_classes,
-        multi_label=False,
-        metric="accuracy",
-        scorer=scorer("accuracy"),
+        (rows.train_mask, rows.val_mask, rows.test_mask),
+        rows.info.num_classes,
     )

@@ -16,7 +16,6 @@ import torch
 
 from .csr import edges_to_csr
 from .dataset import Dataset, graph_from_csr, random_split
-from .metrics import scorer
 from .progress import progress_bar
 
 _CHUNK = 1 << 22  # edges, or feature entries, generated per step
@@ -152,14 +151,11 @@ def load_synthetic(
     del src, dst
     x = class_features(labels, num_features, feature_signal, rng)
     masks = random_split(np.arange(num_nodes), num_nodes, (train_ratio, val_ratio), seed)
-    return Dataset(
+    return Dataset.single_label(
         "synthetic",
         graph_from_csr(indptr, indices, num_nodes),
         torch.from_numpy(x),
         torch.from_numpy(labels),
-        *masks,
-        num_classes=num_classes,
-        multi_label=False,
-        metric="accuracy",
-        scorer=scorer("accuracy"),
+        masks,
+        num_classes,
     )

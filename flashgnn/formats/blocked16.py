@@ -18,7 +18,7 @@ Arrays (``n_windows = ceil(n_rows / 16)``, ``n_blocks = row_ptr[-1]``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -81,14 +81,6 @@ class Blocked16(WindowedFormat):
         real = torch.zeros(self.n_slots, dtype=torch.bool, device=self.device)
         real[self.slot_coords().slot] = True
         return real
-
-    def to(self, device) -> Blocked16:
-        device = torch.device(device)
-        moved = {
-            name: getattr(self, name).to(device)
-            for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
-        }
-        return replace(self, **moved, _coords=None)
 
 
 def build_pattern16(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int):

@@ -16,7 +16,7 @@ Arrays (``n_strips = ceil(n_rows / V)``, ``n_vectors = row_ptr[-1]``):
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -87,14 +87,6 @@ class CVSE(WindowedFormat):
         if self._coords is None:
             self._coords = decode_cvse_slots(self.row_ptr, self.col_idx, self.vec_mask, self.vector)
         return self._coords
-
-    def to(self, device) -> CVSE:
-        device = torch.device(device)
-        moved = {
-            name: getattr(self, name).to(device)
-            for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
-        }
-        return replace(self, **moved, _coords=None)
 
 
 def build_cvse_pattern(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int, vector: int):

@@ -15,7 +15,7 @@ Arrays (``n_groups = ceil(n_rows / p)``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -90,14 +90,6 @@ class GCOO(SlotLayout):
         """Slot, row and column of every nonzero, ordered by slot."""
         slot = torch.arange(self.nnz, device=self.device)
         return SlotCoords(slot, self.rows.to(torch.int64), self.cols.to(torch.int64))
-
-    def to(self, device) -> GCOO:
-        device = torch.device(device)
-        moved = {
-            name: getattr(self, name).to(device)
-            for name in ("group_ptr", "group_nnz", "rows", "cols", "values", "perm")
-        }
-        return replace(self, **moved)
 
 
 def build_gcoo_pattern(indptr: torch.Tensor, indices: torch.Tensor, n_cols: int, group: int):

@@ -28,7 +28,7 @@ but for ``ell_ptr``, ``row_mask`` and ``perm``):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -126,11 +126,6 @@ class HBELL(SlotLayout):
             )
         return self._coords
 
-    def to(self, device) -> HBELL:
-        device = torch.device(device)
-        moved = {name: getattr(self, name).to(device) for name in _ARRAYS + ("values",)}
-        return replace(self, **moved, _coords=None)
-
     def storage(self, value_bytes: int | None = None) -> Storage:
         """Value slots, nonzeros and bytes of the arrays an SpMM reads (every array but
         row_mask and perm, which only map the pattern back to CSR), values at ``value_bytes``
@@ -150,19 +145,6 @@ class HBELL(SlotLayout):
     def stored_bytes(self, value_bytes: int | None = None) -> int:
         """Bytes of ``storage(value_bytes)``."""
         return self.storage(value_bytes).bytes
-
-
-_ARRAYS = (
-    "brow_ptr",
-    "bridx",
-    "bcidx",
-    "bcols",
-    "brow_valptr",
-    "ell_ptr",
-    "offsets",
-    "row_mask",
-    "perm",
-)
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:

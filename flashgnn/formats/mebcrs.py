@@ -164,14 +164,6 @@ class MEBCRS(WindowedFormat):
         out = csr_values.new_zeros((WINDOW * self.n_vectors,) + tuple(csr_values.shape[1:]))
         return out.index_copy(0, self.perm, csr_values)
 
-    def to(self, device) -> MEBCRS:
-        device = torch.device(device)
-        moved = {
-            name: getattr(self, name).to(device)
-            for name in ("row_ptr", "col_idx", "values", "perm", "vec_mask")
-        }
-        return replace(self, **moved, _transpose=None, _csr=None, _pattern_of=None)
-
     # ------------------------------------------------------------------ transpose
     def transpose(self) -> Transpose:
         """A^T in ME-BCRS with the same k, holding A's values, built once and cached, with the

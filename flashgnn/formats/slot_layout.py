@@ -1,9 +1,12 @@
-"""What a format whose values sit in a layout of slots reads back from the coordinates of its
-real slots: its CSR, a dense copy, and values moved between CSR order and the layout."""
+"""What a format reads back from the coordinates of its real value slots: its device, shape,
+a dense copy and a move to another device (SlotFormat, every format); and, where a perm maps
+CSR order to a layout of slots, its CSR and values moved between CSR order and the layout
+(SlotLayout)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import Self
 
 import torch
 
@@ -20,14 +23,24 @@ def csr_order(
     return indptr, order
 
 
-class SlotLayout:
-    """Mixin of a dataclass format that has ``slot_coords()`` (SlotCoords ordered by slot),
-    ``values`` [n_slots], ``perm`` int64 [nnz] (the slot of each nonzero in CSR order),
-    ``n_rows``, ``n_cols`` and ``n_slots``."""
+def moved_to(fmt, device):
+    """A copy of the dataclass format ``fmt`` with every tensor field on ``device`` and every
+    cache cleared: a format's fields left out of comparisons hold data derived from its arrays
+    (None until first needed)."""
+    device = torch.device(device)
+    changes = {}
+    for f in fields(fmt):
+        value = getattr(fmt, f.name)
+        if not f.compare:
+            changes[f.name] = None
+        elif isinstance(value, torch.Tensor):
+            changes[f.name] = value.to(device)
+    return replace(fmt, **changes)
 
-    @property
-    def nnz(self) -> int:
-        return self.perm.numel()
+
+class SlotFormat:
+    """Mixin of a dataclass format that has ``slot_coords()`` (SlotCoords ordered by slot),
+    ``values`` [n_slots], ``n_rows`` and ``n_cols``: its device, shape, dense copy and move."""
 
     @property
     def device(self) -> torch.device:
@@ -37,12 +50,9 @@ class SlotLayout:
     def shape(self) -> tuple[int, int]:
         return (self.n_rows, self.n_cols)
 
-    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
-        from the arrays (the CSR it was built from, exactly)."""
-        c = self.slot_coords()
-        indptr, order = csr_order(c.row, c.col, self.n_rows, self.n_cols)
-        return indptr, c.col[order], self.values[self.perm]
+    def to(self, device) -> Self:
+        """The same matrix with its arrays on ``device``."""
+        return moved_to(self, device)
 
     def to_dense(self) -> torch.Tensor:
         """Dense [n_rows, n_cols] copy, for small matrices."""
@@ -50,6 +60,22 @@ class SlotLayout:
         out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
         out[c.row, c.col] = self.values[c.slot]
         return out
+
+
+class SlotLayout(SlotFormat):
+    """Mixin of a SlotFormat that also has ``perm`` int64 [nnz] (the slot of each nonzero in
+    CSR order) and ``n_slots``: values moved between CSR order and the layout."""
+
+    @property
+    def nnz(self) -> int:
+        return self.perm.numel()
+
+    def to_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]), canonical CSR read
+        from the arrays (the CSR it was built from, exactly)."""
+        c = self.slot_coords()
+        indptr, order = csr_order(c.row, c.col, self.n_rows, self.n_cols)
+        return indptr, c.col[order], self.values[self.perm]
 
     def values_from_csr(self, csr_values: torch.Tensor) -> torch.Tensor:
         """Place values given in CSR nonzero order ([nnz]) into the value layout (0 in the

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .slot_layout import SlotFormat
 from .windowed import MAX_DIM, SlotCoords, csr_on_device
 
 CHUNK = 64  # nonzeros of one MMA's right operand (8 x 8)
@@ -75,7 +76,7 @@ def eq1_mma_bound(row_nnz, n: int) -> float:
 
 
 @dataclass
-class TCACSR:
+class TCACSR(SlotFormat):
     """A sparse n_rows x n_cols matrix as CSR with TCA-SpMM's per-warp schedule (module
     docstring)."""
 
@@ -101,14 +102,6 @@ class TCACSR:
     @property
     def n_warps(self) -> int:
         return self.warp_row.numel()
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.n_cols)
 
     @classmethod
     def from_csr(
@@ -163,13 +156,6 @@ class TCACSR:
         """(indptr int64 [n_rows + 1], indices int64 [nnz], values [nnz]): the CSR it holds."""
         return self.indptr, self.indices.to(torch.int64), self.values
 
-    def to_dense(self) -> torch.Tensor:
-        """Dense [n_rows, n_cols] copy, for small matrices."""
-        c = self.slot_coords()
-        out = torch.zeros(self.n_rows, self.n_cols, dtype=self.values.dtype, device=self.device)
-        out[c.row, c.col] = self.values
-        return out
-
     def with_values(self, values: torch.Tensor) -> TCACSR:
         """The same pattern with other values ([nnz], CSR order)."""
         if values.shape != (self.nnz,):
@@ -177,13 +163,6 @@ class TCACSR:
                 f"values must have shape ({self.nnz},) (CSR order), got {tuple(values.shape)}"
             )
         return replace(self, values=values)
-
-    def to(self, device) -> TCACSR:
-        device = torch.device(device)
-        names = ("indptr", "indices", "values", "warp_row", "warp_rank", "row_warps")
-        return replace(
-            self, **{name: getattr(self, name).to(device) for name in names}, _coords=None
-        )
 
 
 def build_tca_schedule(indptr: torch.Tensor):

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from flashgnn import MEBCRS
 from flashgnn.benchmarking.mma_cost import padding_fraction, sddmm_cost, spmm_cost
-from flashgnn.cli import main
-from tests.helpers import random_csr
+from tests.helpers import ONE_CALL, random_csr, run_bench
 
 GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
 
@@ -66,31 +63,20 @@ def test_counts_match_a_window_by_window_count(size, rng):
 
 def test_quick_run_on_cpu(tmp_path, data_dir):
     out, md = tmp_path / "ablation.csv", tmp_path / "ablation.md"
-    code = main(
-        [
-            "bench",
-            "ablation",
-            "--device",
-            "cpu",
-            "--graphs",
-            GRAPH,
-            "--data",
-            str(data_dir),
-            "--quick",
-            "--check",
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(md),
-        ]
+    code, rows = run_bench(
+        "ablation",
+        out,
+        *ONE_CALL,
+        "--graphs",
+        GRAPH,
+        "--data",
+        str(data_dir),
+        "--quick",
+        "--check",
+        "--markdown",
+        str(md),
     )
     assert code == 0
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
     assert {"graph", "op", "precision", "size", "vector", "ms", "mmas", "bytes"} <= set(rows[0])
     assert [(r["op"], r["size"], r["vector"]) for r in rows] == [
         (op, str(size), str(v))

@@ -3,7 +3,6 @@ efficiency, and a run on one and two CPU processes."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import sys
 import pytest
 
 from flashgnn.benchmarking import distributed as bench
+from tests.helpers import read_csv
 
 
 def test_device_counts_are_sorted_positive_and_checked():
@@ -66,7 +66,7 @@ def test_runs_one_and_two_cpu_processes(tmp_path):
     cmd += ["--device", "cpu", "--set", "distributed.overlap=false", "--csv", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = list(csv.DictReader(out.open()))
+    rows = read_csv(out)
     assert [r["devices"] for r in rows] == ["1", "2"] and not any(r["error"] for r in rows)
     assert float(rows[1]["step_mb_received"]) > 0 and int(rows[1]["halo_rows"]) > 0
     assert float(rows[1]["exchange_ms"]) > 0
@@ -85,7 +85,7 @@ def test_runs_one_and_two_cpu_processes(tmp_path):
     more += ["--set", "distributed.partition=degree"]
     done = subprocess.run(more, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = list(csv.DictReader(out.open()))
+    rows = read_csv(out)
     assert [(r["devices"], r["partition"]) for r in rows] == [
         ("1", ""),
         ("2", "contiguous"),

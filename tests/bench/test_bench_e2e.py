@@ -2,7 +2,6 @@
 and implementation, the derived columns (amortised epoch, speedups) consistent with the timed
 ones, the CSV and its environment file; real and random node data; the PyG GAT twin."""
 
-import csv
 import json
 
 import pytest
@@ -10,10 +9,10 @@ import torch
 
 from flashgnn.benchmarking import end_to_end as e2e_bench
 from flashgnn.benchmarking import layers as layer_bench
-from flashgnn.benchmarking import training as training_bench
 from flashgnn.cli import main
 from flashgnn.data.synthetic import load_synthetic
-from flashgnn.training.loop import prepare_graph
+from tests.bench.test_bench_layers import assert_trains_like
+from tests.helpers import ONE_CALL, run_bench
 
 pytest.importorskip("torch_geometric")
 
@@ -26,31 +25,19 @@ MODELS = {
 
 
 def _e2e(tmp_path, data_dir, *extra):
-    out = tmp_path / "e2e.csv"
-    code = main(
-        [
-            "bench",
-            "e2e",
-            "--quick",
-            "--device",
-            "cpu",
-            "--graphs",
-            "cora",
-            "--data",
-            str(data_dir),
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(tmp_path / "e2e.md"),
-            *extra,
-        ]
+    return run_bench(
+        "e2e",
+        tmp_path / "e2e.csv",
+        *ONE_CALL,
+        "--quick",
+        "--graphs",
+        "cora",
+        "--data",
+        str(data_dir),
+        "--markdown",
+        str(tmp_path / "e2e.md"),
+        *extra,
     )
-    with open(out) as f:
-        return code, list(csv.DictReader(f))
 
 
 def test_every_model_and_implementation_on_cora(tmp_path, data_dir):
@@ -141,12 +128,7 @@ def test_pyg_gat_twin_trains_like_the_flashgnn_gat():
         "gat", 16, 4, hidden_feats=8, heads=4, num_layers=2, feat_drop=0.0, attn_drop=0.0
     )
     twin = layer_bench.pyg_twin(model, layer_bench.pyg_adjacency(graph, "edge_index"))
-    losses = []
-    for module, g in ((model, prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
-        step = training_bench.training_step(module, g, data.x, data.y, data.train_mask, "fp32")
-        losses.append(torch.stack([step() for _ in range(3)]))
-    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
-    assert losses[0][2] < losses[0][0]
+    assert_trains_like(model, twin, graph, data)
 
 
 def test_bad_options_are_clear(capsys):

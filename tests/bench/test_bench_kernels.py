@@ -1,7 +1,6 @@
 """The kernel benchmark harness (``flashgnn bench kernels``), run on the CPU on a tiny real
 graph: rows, formulas, --check, and that a failing or wrong kernel is recorded, not hidden."""
 
-import csv
 import json
 
 import numpy as np
@@ -13,38 +12,27 @@ from flashgnn.benchmarking.checks import ERROR_BOUND
 from flashgnn.benchmarking.graphs import load_graph
 from flashgnn.benchmarking.timing import BackToBackTimer, kernel_timer
 from flashgnn.cli import main
+from tests.helpers import ONE_CALL, run_bench
 
 GRAPH = "hetero_texas"  # 183 nodes, 558 nonzeros
 
 
 def _run(tmp_path, data_dir, *extra):
-    out = tmp_path / "rows.csv"
     md = tmp_path / "rows.md"
-    code = main(
-        [
-            "bench",
-            "kernels",
-            "--device",
-            "cpu",
-            "--graphs",
-            GRAPH,
-            "--data",
-            str(data_dir),
-            "--sizes",
-            "8",
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(md),
-            *extra,
-        ]
+    code, rows = run_bench(
+        "kernels",
+        tmp_path / "rows.csv",
+        *ONE_CALL,
+        "--graphs",
+        GRAPH,
+        "--data",
+        str(data_dir),
+        "--sizes",
+        "8",
+        "--markdown",
+        str(md),
+        *extra,
     )
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
     return code, rows, md.read_text()
 
 
@@ -198,3 +186,19 @@ def test_generated_graph_is_cached(tmp_path):
     )
     with np.load(cached) as d:
         assert np.array_equal(d["indices"], first.indices)
+
+
+@pytest.mark.parametrize(
+    "command, hint",
+    [
+        ("kernels", "use --device cpu for a (slow) CPU run"),
+        ("ablation", "use --device cpu for a (slow) CPU run"),
+        ("reorder", "use --device cpu for the vectors and the reordering time alone"),
+        ("seeds", "use --device cpu"),
+        ("sparse-linear", "use --device cpu"),
+    ],
+)
+def test_a_cuda_run_without_a_gpu_is_refused(command, hint, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", command, "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == f"flashgnn bench {command}: no CUDA device; {hint}\n"

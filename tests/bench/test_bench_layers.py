@@ -2,7 +2,6 @@
 on the CPU on tiny graphs: rows, speedups against PyG, output checks, the PyG twins' maths,
 and that a failing row or a missing PyG is reported, not hidden."""
 
-import csv
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from flashgnn.benchmarking.timing import Timer
 from flashgnn.cli import main
 from flashgnn.data.synthetic import load_synthetic
 from flashgnn.training.loop import prepare_graph
+from tests.helpers import ONE_CALL, run_bench
 
 pytest.importorskip("torch_geometric")
 
@@ -22,40 +22,24 @@ ERROR_BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 PYG_GCN = ("PyG adj_t", "PyG adj_t cached", "PyG edge_index")
 
 
-def _rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
 def _step_ms(row):
     """A CSV row's step time as the speedups count it: the larger of event and wall time."""
     return max(float(row["ms"]), float(row["wall_ms"]))
 
 
 def _layers(tmp_path, data_dir, *extra):
-    out = tmp_path / "layers.csv"
-    code = main(
-        [
-            "bench",
-            "layers",
-            "--device",
-            "cpu",
-            "--graphs",
-            GRAPH,
-            "--data",
-            str(data_dir),
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-            "--markdown",
-            str(tmp_path / "layers.md"),
-            *extra,
-        ]
+    return run_bench(
+        "layers",
+        tmp_path / "layers.csv",
+        *ONE_CALL,
+        "--graphs",
+        GRAPH,
+        "--data",
+        str(data_dir),
+        "--markdown",
+        str(tmp_path / "layers.md"),
+        *extra,
     )
-    return code, _rows(out)
 
 
 def test_layer_rows_speedups_and_errors_against_pyg(tmp_path, data_dir, capsys):
@@ -169,27 +153,16 @@ def test_missing_pyg_skips_its_rows_with_a_message(tmp_path, data_dir, monkeypat
 
 
 def test_training_rows(tmp_path):
-    out = tmp_path / "training.csv"
-    code = main(
-        [
-            "bench",
-            "training",
-            "--device",
-            "cpu",
-            "--num-nodes",
-            "300",
-            "--precisions",
-            "fp32,bf16",
-            "--warmup",
-            "0",
-            "--iters",
-            "1",
-            "--csv",
-            str(out),
-        ]
+    code, rows = run_bench(
+        "training",
+        tmp_path / "training.csv",
+        *ONE_CALL,
+        "--num-nodes",
+        "300",
+        "--precisions",
+        "fp32,bf16",
     )
     assert code == 0
-    rows = _rows(out)
     assert {(r["model"], r["impl"], r["precision"]) for r in rows} == {
         *((m, "flashgnn", p) for m in ("GCN 2x128", "AGNN 4x32") for p in ("fp32", "bf16")),
         *(
@@ -220,6 +193,13 @@ def test_pyg_twin_trains_like_the_flashgnn_model(name, path):
     torch.manual_seed(0)
     model = build_model(name, 16, 4, hidden_feats=32, num_layers=2)
     twin = layer_bench.pyg_twin(model, layer_bench.pyg_adjacency(graph, path), cached=True)
+    assert_trains_like(model, twin, graph, data)
+
+
+def assert_trains_like(model, twin, graph, data):
+    """Three steps of the benchmark's training step on ``data`` (fp32, the same seed for
+    each): the flashgnn ``model`` on ``graph`` and its PyG ``twin`` on the same graph give the
+    same losses, and they fall."""
     losses = []
     for module, g in ((model, prepare_graph(graph, False, torch.device("cpu"), 8)), (twin, graph)):
         step = training_bench.training_step(module, g, data.x, data.y, data.train_mask, "fp32")

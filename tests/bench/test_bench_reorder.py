@@ -4,8 +4,6 @@ on a GPU, the timed run with its check."""
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +12,7 @@ from flashgnn import Graph
 from flashgnn.benchmarking import document, results
 from flashgnn.benchmarking.reordering import ReorderRow, default_methods, summary
 from flashgnn.cli import main
-from tests.helpers import needs_gpu
+from tests.helpers import needs_gpu, read_csv, run_bench
 
 GRAPHS = ("hetero_texas", "cora")
 
@@ -28,26 +26,17 @@ def window_columns(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray) ->
 
 
 def run(tmp_path, data_dir, *extra) -> tuple[int, list[dict]]:
-    out = tmp_path / "reorder.csv"
-    code = main(
-        [
-            "bench",
-            "reorder",
-            "--device",
-            "cpu",
-            "--graphs",
-            ",".join(GRAPHS),
-            "--data",
-            str(data_dir),
-            "--csv",
-            str(out),
-            "--markdown",
-            str(tmp_path / "reorder.md"),
-            *extra,
-        ]
+    return run_bench(
+        "reorder",
+        tmp_path / "reorder.csv",
+        "--graphs",
+        ",".join(GRAPHS),
+        "--data",
+        str(data_dir),
+        "--markdown",
+        str(tmp_path / "reorder.md"),
+        *extra,
     )
-    with open(out) as f:
-        return code, list(csv.DictReader(f))
 
 
 def test_cpu_run_counts_the_vectors_of_each_order(tmp_path, data_dir):
@@ -174,8 +163,7 @@ def test_gpu_run_times_and_checks_every_method(tmp_path, data_dir):
         ]
     )
     assert code == 0
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(out)
     assert len(rows) == 6
     for r in rows:
         assert r["error"] == "" and float(r["rel_err"]) <= 2e-3

@@ -5,7 +5,6 @@ document's section, a CPU run end to end and a GPU smoke run."""
 from __future__ import annotations
 
 import argparse
-import csv
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from flashgnn.benchmarking import document, format_specs, seeds
 from flashgnn.benchmarking.seeds import SeedRow
 from flashgnn.data.dlmc import expand_rows, load_dlmc
 from flashgnn.formats import HBELL
-from tests.helpers import GPU
+from tests.helpers import GPU, read_csv
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -235,8 +234,7 @@ def test_a_cpu_run_end_to_end(tmp_path, data_dir):
         str(tmp_path / "seeds.md"),
     )
     assert seeds.run(args) == 0
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(out)
     inputs = {(r["matrix"], r["vector"]) for r in rows}
     assert len(inputs) == 3 + 1 + 2 and ("hetero_texas", "1") in inputs
     timed = [r for r in rows if r["size"]]

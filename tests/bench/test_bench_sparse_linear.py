@@ -2,12 +2,12 @@
 its rows, the CSV and stamp, and the crossover interpolation."""
 
 import argparse
-import csv
 import json
 
 import pytest
 
 from flashgnn.benchmarking import sparse_linear as bench
+from tests.helpers import read_csv
 
 
 def _args(tmp_path, *extra):
@@ -40,8 +40,7 @@ def _args(tmp_path, *extra):
 
 def test_rows_and_stamp(tmp_path):
     assert bench.run(_args(tmp_path)) == 0
-    with open(tmp_path / "sl.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(tmp_path / "sl.csv")
     keys = {(r["impl"], r["vector"], r["sparsity"], r["step"]) for r in rows}
     assert ("dense", "", "", "forward") in keys and ("dense", "", "", "forward+backward") in keys
     for v in ("4", "8"):

@@ -15,7 +15,7 @@ from flashgnn._cuda import spmm as cuda_spmm
 from flashgnn._cuda.sources import SOURCES
 from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import sddmm, spmm
-from tests.helpers import GPU, random_csr
+from tests.helpers import GPU, mebcrs_of, random_csr
 
 pytestmark = GPU
 
@@ -42,15 +42,7 @@ def averaging_matrix(rng: np.random.Generator) -> MEBCRS:
     m.sort_indices()
     counts = np.diff(m.indptr)
     m.data = np.repeat(1.0 / np.maximum(counts, 1), counts)
-    values = torch.from_numpy(m.data).float()  # float64 values would take the reference
-    return MEBCRS.from_csr(
-        torch.from_numpy(m.indptr),
-        torch.from_numpy(m.indices),
-        values,
-        n_cols=3000,
-        k=8,
-        device="cuda",
-    )
+    return mebcrs_of(m, 8, "cuda")
 
 
 def chain(a: MEBCRS, x: torch.Tensor, precision: str, wait: bool) -> list[torch.Tensor]:

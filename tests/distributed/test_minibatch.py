@@ -9,9 +9,6 @@ differs from the whole batch's there (as in DGL)."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -25,7 +22,7 @@ from flashgnn.training import train
 from flashgnn.training.loop import make_optimizer, minibatch_epoch, train_step
 from flashgnn.training.precision import grad_scaler
 from flashgnn.training.ranks import Ranks
-from tests.helpers import rel_err
+from tests.helpers import rel_err, run_losses
 
 MODELS = {
     "gcn": {"hidden_feats": 8, "dropout": 0.0, "norm": "right"},
@@ -118,11 +115,6 @@ def test_a_step_on_ranks_equals_the_one_process_step(tmp_path, world):
             assert rel_err(ranks_grads[key], p.grad) <= 1e-5, (name, key)
 
 
-def losses(run_dir: Path) -> list[float]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [float(r["loss"]) for r in csv.DictReader(f)]
-
-
 def test_a_run_on_two_ranks_follows_the_one_process_run(tmp_path):
     def config(devices):
         return {
@@ -140,7 +132,7 @@ def test_a_run_on_two_ranks_follows_the_one_process_run(tmp_path):
         }
 
     one, two = train(config(1)), train(config(2))
-    a, b = losses(tmp_path / "1"), losses(tmp_path / "2")
+    a, b = run_losses(tmp_path / "1"), run_losses(tmp_path / "2")
     assert len(a) == len(b) == 3
     assert all(abs(u - v) <= 1e-5 * abs(u) for u, v in zip(a, b)), (a, b)
     assert abs(one["val"] - two["val"]) <= 1e-9 and "distributed" in two

@@ -3,7 +3,6 @@ checkpoint resumed on 1 and on 2 ranks, a rank failing mid-run, rank 0's run fol
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import time
@@ -14,11 +13,7 @@ import torch.distributed as dist
 
 from flashgnn.distributed import launch
 from flashgnn.training import loop, train
-
-
-def losses(run_dir: Path) -> list[float]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [float(r["loss"]) for r in csv.DictReader(f)]
+from tests.helpers import run_losses
 
 
 def config(out: Path, devices: int, epochs: int, model: dict | None = None, **train_keys) -> dict:
@@ -52,7 +47,7 @@ MODELS = [
 def test_full_graph_on_two_ranks_follows_the_one_process_run(tmp_path, model):
     one = train(config(tmp_path / "one", 1, 4, model))
     two = train(config(tmp_path / "two", 2, 4, model))
-    assert close(losses(tmp_path / "one"), losses(tmp_path / "two"))
+    assert close(run_losses(tmp_path / "one"), run_losses(tmp_path / "two"))
     assert abs(one["test"] - two["test"]) <= 1e-9
     report = two["distributed"]
     assert report["mode"] == "full-graph" and report["partition"] == "contiguous"
@@ -72,7 +67,7 @@ def test_a_generated_graph_read_rank_by_rank_follows_the_one_process_run(tmp_pat
         cfg["dataset"] = dataset
         cfg["distributed"] = {"partition": partition}
         runs[devices] = train(cfg)
-    assert close(losses(tmp_path / "1"), losses(tmp_path / "2"))
+    assert close(run_losses(tmp_path / "1"), run_losses(tmp_path / "2"))
     assert abs(runs[1]["test"] - runs[2]["test"]) <= 1e-9
     ranks = runs[2]["distributed"]["ranks"]
     assert sum(r["num_own"] for r in ranks) == 2000
@@ -89,7 +84,7 @@ def test_a_one_part_partition_follows_the_whole_graph_run(tmp_path):
         cfg = config(tmp_path / features, 1, 4)
         cfg["distributed"] = {"partition_one_process": True, "features": features}
         run = train(cfg)
-        assert close(losses(tmp_path / "whole"), losses(tmp_path / features)), features
+        assert close(run_losses(tmp_path / "whole"), run_losses(tmp_path / features)), features
         assert abs(run["test"] - whole["test"]) <= 1e-9
         (rank,) = run["distributed"]["ranks"]
         assert rank["num_own"] == 500 and rank["num_halo"] == 0
@@ -102,7 +97,7 @@ def test_a_one_part_partition_follows_the_whole_graph_run(tmp_path):
         cfg["dataset"] = dataset
         cfg["distributed"] = {"partition_one_process": one}
         train(cfg)
-    assert close(losses(tmp_path / "generated-whole"), losses(tmp_path / "generated-part"))
+    assert close(run_losses(tmp_path / "generated-whole"), run_losses(tmp_path / "generated-part"))
 
 
 @pytest.mark.parametrize(
@@ -118,7 +113,7 @@ def test_rank_zero_checkpoint_resumes_on_one_and_on_two_ranks(tmp_path, keys):
         run = tmp_path / f"resumed-on-{devices}"
         shutil.copytree(tmp_path / "first", run)
         train(config(run, devices, 4, model, **keys), resume=run)
-        assert close(losses(run), losses(tmp_path / "straight")), devices
+        assert close(run_losses(run), run_losses(tmp_path / "straight")), devices
         assert json.loads((run / "summary.json").read_text())["resumed_from_epoch"] == 2
 
 

@@ -24,7 +24,14 @@ from flashgnn.nn import AGNNConv, GATConv, GCNConv
 from models import GCN
 from tests.graph.test_graph import FakeDGLGraph, random_block_edges
 from tests.helpers import host_syncs, needs_gpu
-from tests.nn.test_nn_layers import agnn_pair, assert_all_close, dgl_norm, gat_pair, gcn_pair
+from tests.nn.test_nn_layers import (
+    agnn_pair,
+    assert_all_close,
+    dgl_norm,
+    each_layer,
+    gat_pair,
+    gcn_pair,
+)
 
 N_SRC, N_DST = 53, 21
 
@@ -269,15 +276,7 @@ def test_bad_bipartite_inputs(rng):
 @needs_gpu
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 @pytest.mark.parametrize("pair", [False, True], ids=["block", "pair"])
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda p: GCNConv(9, 6, precision=p),
-        lambda p: AGNNConv(0.8, precision=p),
-        lambda p: GATConv(9, 4, 3, residual=True, precision=p),
-    ],
-    ids=["gcn", "agnn", "gat"],
-)
+@each_layer
 def test_gpu_matches_cpu_on_blocks(make, pair, precision, rng):
     g = block_graph(rng, n_src=700, n_dst=300)
     cpu = make(precision)

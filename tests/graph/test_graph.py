@@ -67,8 +67,13 @@ class FakeDGLGraph:
 def random_edges(n, density, rng):
     """(src, dst, weight) of a random directed graph, in a random edge order: int64 [E] x2,
     float32 [E] (nonzero)."""
-    m = random_csr(n, n, density, rng)  # rows = dst
-    dst = np.repeat(np.arange(n), np.diff(m.indptr))
+    return shuffled_edges(random_csr(n, n, density, rng), rng)
+
+
+def shuffled_edges(m, rng):
+    """(src, dst, weight) of the nonzeros of the scipy CSR ``m`` (rows = dst), in a random
+    order: int64 [E] x2, float32 [E]."""
+    dst = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
     order = rng.permutation(m.nnz)
     return (
         torch.from_numpy(m.indices[order].astype(np.int64)),
@@ -95,13 +100,7 @@ def random_block_edges(n_src, n_dst, density, rng):
             shape=(n_dst, n_src),
         )
     ).tocsr()
-    dst = np.repeat(np.arange(n_dst), np.diff(m.indptr))
-    order = rng.permutation(m.nnz)
-    return (
-        torch.from_numpy(m.indices[order].astype(np.int64)),
-        torch.from_numpy(dst[order]),
-        torch.from_numpy(m.data[order].astype(np.float32)),
-    )
+    return shuffled_edges(m, rng)
 
 
 def test_from_edge_index_is_a_dst_by_src_matrix():

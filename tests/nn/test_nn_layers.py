@@ -491,9 +491,9 @@ def test_precision_context(rng, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- GPU
-@needs_gpu
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
-@pytest.mark.parametrize(
+# ``make(precision)`` builds one layer of each kind on 9 input features (the GPU tests build
+# it twice, for the CPU and the GPU)
+each_layer = pytest.mark.parametrize(
     "make",
     [
         lambda p: GCNConv(9, 6, precision=p),
@@ -502,6 +502,11 @@ def test_precision_context(rng, monkeypatch):
     ],
     ids=["gcn", "agnn", "gat"],
 )
+
+
+@needs_gpu
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
+@each_layer
 def test_gpu_matches_cpu(make, precision, rng):
     """The same layer on the GPU (CUDA kernels) and the CPU (reference ops emulating the same
     rounding): outputs and every gradient agree up to the order of fp32 accumulation."""

@@ -392,20 +392,40 @@ def test_launcher_checks_moved_values():
         )
 
 
+def b_fragments(plan, values, steps: int) -> torch.Tensor:
+    """Each step's B operand [steps, 16, 8], read back from the lanes' fragment layout
+    (``plan.frag_index``, whose index len(values) is a padding zero)."""
+    padded = torch.cat([values, values.new_zeros(1)])
+    frag = padded[plan.frag_index.long()].view(steps, 8, 4, 4)  # [step, g, t, e]
+    b = torch.zeros(steps, 16, 8, dtype=values.dtype)
+    for t in range(4):
+        for e in range(4):
+            b[:, 2 * t + (e & 1) + 8 * (e >> 1), :] = frag[:, :, t, e]
+    return b
+
+
+def step_lists(plan) -> torch.Tensor:
+    """The list of ``plan.offs`` each step belongs to, int64 [steps]."""
+    counts = (plan.offs[1:] - plan.offs[:-1]).long()
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def add_strips(yt, a, b, strip, vector: int) -> torch.Tensor:
+    """``yt`` [rows, tokens] plus each step's product a [step, 16, tokens]^T b [step, 16, 8],
+    its first ``vector`` columns added to the rows of its strip; returns yt."""
+    contrib = torch.einsum("skm,skn->snm", a, b)[:, :vector]  # [step, V, tokens]
+    out_rows = (strip[:, None] * vector + torch.arange(vector)).reshape(-1)
+    return yt.index_add_(0, out_rows, contrib.reshape(-1, yt.shape[1]))
+
+
 def emulate_plan(plan, values, x, n_out, vector):
     """Y^T the kernel computes from a plan, by torch: each step's 16 gathered rows of the chunk
     (zero rows for padding) times its B fragments, read back from the lanes' layout."""
     u = launcher.chunk_rows(plan.token_tiles)
     n_tokens, n_in = x.shape
     steps = plan.rows.numel() // 16
-    padded = torch.cat([values, values.new_zeros(1)])
-    frag = padded[plan.frag_index].view(steps, 8, 4, 4)  # [step, g, t, e]
-    b = torch.zeros(steps, 16, 8, dtype=values.dtype)
-    for t in range(4):
-        for e in range(4):
-            b[:, 2 * t + (e & 1) + 8 * (e >> 1), :] = frag[:, :, t, e]
-    counts = (plan.offs[1:] - plan.offs[:-1]).long()
-    lists = torch.repeat_interleave(torch.arange(counts.numel()), counts)
+    b = b_fragments(plan, values, steps)
+    lists = step_lists(plan)
     j = lists % 8
     chunk = lists // 8 % plan.n_chunks
     warp = lists // (8 * plan.n_chunks) % 8
@@ -418,13 +438,10 @@ def emulate_plan(plan, values, x, n_out, vector):
     assert (feature[real] < n_in).all()
     xt = torch.cat([x.t(), x.new_zeros(1, n_tokens)])
     a = xt[torch.where(real, feature, n_in)]  # [step, 16, tokens]
-    contrib = torch.einsum("skm,skn->snm", a, b)[:, :vector]  # [step, V, tokens]
     yt = torch.zeros(
         (int(strip.max()) + 1 if steps else 0) * vector + vector, n_tokens, dtype=values.dtype
     )
-    out_rows = (strip[:, None] * vector + torch.arange(vector)).reshape(-1)
-    yt.index_add_(0, out_rows, contrib.reshape(-1, n_tokens))
-    return yt[:n_out]
+    return add_strips(yt, a, b, strip, vector)[:n_out]
 
 
 @pytest.mark.parametrize("token_tiles", [1, 2, 4])

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from flashgnn._cuda import sparse_linear as launcher
 from flashgnn.nn import SparseLinear
+from tests.nn.test_sparse_linear import add_strips, b_fragments, step_lists
 
 SHAPES = launcher.WINDOW_SHAPES
 
@@ -23,14 +24,8 @@ def emulate_window_plan(plan, values, x, n_out, vector):
     n_tokens, n_in = x.shape
     shape = plan.shape
     steps = plan.rows.shape[0]
-    padded = torch.cat([values, values.new_zeros(1)])
-    frag = padded[plan.frag_index.long()].view(steps, 8, 4, 4)  # [step, g, t, e]
-    b = torch.zeros(steps, 16, 8, dtype=values.dtype)
-    for t in range(4):
-        for e in range(4):
-            b[:, 2 * t + (e & 1) + 8 * (e >> 1), :] = frag[:, :, t, e]
-    counts = (plan.offs[1:] - plan.offs[:-1]).long()
-    lists = torch.repeat_interleave(torch.arange(counts.numel()), counts)
+    b = b_fragments(plan, values, steps)
+    lists = step_lists(plan)
     per_block, per_warp = shape.block_strips, shape.warp_strips
     j = lists % per_warp
     warp = lists // per_warp % shape.warps
@@ -49,11 +44,8 @@ def emulate_window_plan(plan, values, x, n_out, vector):
     assert (feature[~zero] < n_in).all()
     xt = torch.cat([x.t(), x.new_zeros(1, n_tokens)])
     a = xt[torch.where(zero, n_in, feature)]  # [step, 16, tokens]
-    contrib = torch.einsum("skm,skn->snm", a, b)[:, :vector]
     yt = torch.zeros(plan.n_groups * per_block * vector, n_tokens, dtype=values.dtype)
-    out_rows = (strip[:, None] * vector + torch.arange(vector)).reshape(-1)
-    yt.index_add_(0, out_rows, contrib.reshape(-1, n_tokens))
-    return yt[:n_out]
+    return add_strips(yt, a, b, strip, vector)[:n_out]
 
 
 def wavefronts(plan) -> float:

@@ -5,20 +5,18 @@ what the node keeps for its backward; GPU kernels against the composition."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
 from flashgnn import ops
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops import gat as gat_module
 from flashgnn.ops.precision import half_storage
 from flashgnn.ops.replay import NodeReplay
 from flashgnn.precision_context import block_width
-from tests.helpers import GPU, needs_gpu, random_csr, rel_err
+from tests.helpers import GPU, mebcrs_of, needs_gpu, random_csr, rel_err, without_rows
 
 BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 
@@ -26,19 +24,9 @@ BOUND = {"fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2}
 def _adjacency(rng, n=45, k=8, device="cpu", empty_row=None):
     a = (random_csr(n, n, 0.12, rng) + sp.eye(n)).tocsr()  # directed, with self-loops
     if empty_row is not None:
-        keep = np.ones(n)
-        keep[empty_row] = 0
-        a = (sp.diags(keep) @ a).tocsr()
-        a.eliminate_zeros()
+        a = without_rows(a, empty_row)
     a.sort_indices()
-    return MEBCRS.from_csr(
-        torch.from_numpy(a.indptr),
-        torch.from_numpy(a.indices),
-        torch.from_numpy(a.data).float(),
-        n_cols=n,
-        k=k,
-        device=device,
-    ), a
+    return mebcrs_of(a, k, device), a
 
 
 def _gat(a, ft, terms, *args, **kwargs):
@@ -239,19 +227,9 @@ def _hub_adjacency(rng, n=300, empty_window=False, k=8):
     m[9, rng.choice(n, 290, replace=False)] = 1.0  # a hub row: its window of A split
     m = m.tocsr()
     if empty_window:
-        keep = np.ones(n)
-        keep[16:24] = 0
-        m = (sp.diags(keep) @ m).tocsr()
-        m.eliminate_zeros()
+        m = without_rows(m, slice(16, 24))
     m.sort_indices()
-    return MEBCRS.from_csr(
-        torch.from_numpy(m.indptr),
-        torch.from_numpy(m.indices),
-        torch.from_numpy(m.data).float(),
-        n_cols=n,
-        k=k,
-        device="cuda",
-    )
+    return mebcrs_of(m, k, "cuda")
 
 
 @needs_gpu

@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from flashgnn import ops
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import PRECISIONS
 from flashgnn.ops.graph_conv import _composed
 from flashgnn.ops.precision import round_to_precision
-from tests.helpers import needs_gpu, random_csr, rel_err
+from tests.helpers import mebcrs_of, needs_gpu, random_csr, rel_err
 
 SHAPES = [(5, 9), (9, 5), (7, None)]  # (F_in, F_out): aggregate first, project first, no weight
 SHAPE_IDS = ["aggregate-first", "project-first", "no-weight"]
@@ -24,15 +23,8 @@ def _adjacency(rng, n_rows=37, n_cols=29, k=8, device="cpu"):
     a = random_csr(n_rows, n_cols, 0.15, rng)
     a.data[a.indptr[3] : a.indptr[4]] = 0.0
     a.eliminate_zeros()
-    fmt = MEBCRS.from_csr(
-        torch.from_numpy(a.indptr),
-        torch.from_numpy(a.indices),
-        torch.from_numpy(a.data).float(),
-        n_cols=n_cols,
-        k=k,
-        device=device,
-    )
-    return fmt, torch.from_numpy(a.toarray()).float().double()  # A's values as stored (float32)
+    dense = torch.from_numpy(a.toarray()).float().double()  # A's values as stored (float32)
+    return mebcrs_of(a, k, device), dense
 
 
 def _params(f_in, f_out, dtype, bias=True):

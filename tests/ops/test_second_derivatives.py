@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from flashgnn import ops
-from flashgnn.formats.mebcrs import MEBCRS
 from flashgnn.ops import _autograd
 from flashgnn.ops import agnn as agnn_module
 from flashgnn.ops import gat as gat_module
@@ -20,7 +19,7 @@ from flashgnn.ops import score_terms as score_terms_module
 from flashgnn.ops.graph_conv import _composed
 from flashgnn.ops.precision import half_storage
 from flashgnn.ops.score_terms import score_terms
-from tests.helpers import needs_gpu, random_csr, rel_err
+from tests.helpers import mebcrs_of, needs_gpu, random_csr, rel_err
 from tests.ops.test_gat_op import _adjacency, _gat
 from tests.ops.test_graph_conv_op import SHAPE_IDS, SHAPES, _params
 from tests.ops.test_graph_conv_op import _adjacency as _rectangular
@@ -41,14 +40,7 @@ def penalised_gradients(forward, tensors, proj):
 
 
 def _bipartite(rng, n_rows=9, n_cols=14, k=4):
-    m = random_csr(n_rows, n_cols, 0.3, rng)
-    return MEBCRS.from_csr(
-        torch.from_numpy(m.indptr),
-        torch.from_numpy(m.indices),
-        torch.from_numpy(m.data).float(),
-        n_cols=n_cols,
-        k=k,
-    )
+    return mebcrs_of(random_csr(n_rows, n_cols, 0.3, rng), k)
 
 
 def _leaf(*shape, dtype=torch.float64):

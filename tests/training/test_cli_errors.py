@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from flashgnn.cli import main as cli_main
 from flashgnn.train import example_main
@@ -17,12 +16,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "configs" / "gcn-synthetic-small.
 SMALL = ["train.epochs=2", "train.progress=false", "dataset.num_nodes=400"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def failing_step(monkeypatch, error: BaseException) -> None:

@@ -6,15 +6,13 @@ and replays."""
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 import torch
 
 from flashgnn.cuda_graphs import WARMUP_CALLS, CudaGraphStep, graphed
 from flashgnn.ops import replay
 from flashgnn.training import train
-from tests.helpers import GPU
+from tests.helpers import GPU, read_metrics
 
 pytestmark = GPU
 
@@ -53,11 +51,6 @@ def test_step_needs_a_warm_up():
         CudaGraphStep(lambda: None, warmup=0)
 
 
-def _metrics(run_dir) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize(
     "model",
@@ -92,7 +85,7 @@ def test_replayed_training_matches_eager_training(tmp_path, model, precision):
         )
 
     eager, replayed = run(False, tmp_path / "eager"), run(True, tmp_path / "graph")
-    a, b = _metrics(tmp_path / "eager"), _metrics(tmp_path / "graph")
+    a, b = read_metrics(tmp_path / "eager"), read_metrics(tmp_path / "graph")
     assert len(a) == len(b) == 10
     losses = [float(r["loss"]) for r in b]
     assert losses[-1] < losses[WARMUP_CALLS]  # the replayed steps train
@@ -136,7 +129,7 @@ def test_replayed_dropout_draws_new_masks(tmp_path, model):
             },
         }
     )
-    losses = [float(r["loss"]) for r in _metrics(tmp_path)][WARMUP_CALLS:]
+    losses = [float(r["loss"]) for r in read_metrics(tmp_path)][WARMUP_CALLS:]
     assert len(set(losses)) == len(losses)
 
 
@@ -151,7 +144,7 @@ def test_auto_replays_a_small_graph(tmp_path):
         }
     )
     assert summary["cuda_graph"] is True
-    losses = [float(r["loss"]) for r in _metrics(tmp_path)]
+    losses = [float(r["loss"]) for r in read_metrics(tmp_path)]
     assert len(losses) == 6 and losses[-1] < losses[WARMUP_CALLS]
 
 
@@ -189,7 +182,7 @@ def test_gat_layers_replaying_their_kernels_train_as_eager_layers(tmp_path, monk
                 },
             }
         )
-        return _metrics(out)
+        return read_metrics(out)
 
     with monkeypatch.context() as m:
         m.setattr(replay.NodeReplay, "applies", lambda self, x, nnz: False)

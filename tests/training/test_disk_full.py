@@ -100,15 +100,6 @@ def small_run(out: Path, epochs: int) -> dict:
     }
 
 
-@pytest.fixture
-def one_thread():
-    """Graphs this small gain nothing from intra-op threads on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # metrics.csv is written once with its header before the first epoch
 @pytest.mark.parametrize("file, failing_write", [("last.pt", 3), ("metrics.csv", 4)])
 def test_a_run_that_fills_the_disk_stops_and_resumes_bit_for_bit(

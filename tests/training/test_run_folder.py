@@ -5,7 +5,6 @@ resumes bit for bit."""
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
@@ -20,18 +19,13 @@ from flashgnn.training import ConfigError, apply_overrides, checkpoint, load_con
 from flashgnn.training import loop as training_loop
 from flashgnn.training.checkpoint import CheckpointError
 from flashgnn.training.run_folder import RunExistsError
+from tests.helpers import run_losses
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "gcn-synthetic-small.yaml"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Graphs this small gain nothing from intra-op threads on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(out: Path, **train_kw) -> dict:
@@ -50,11 +44,6 @@ def snapshot(folder: Path) -> dict:
     return {
         str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
     }
-
-
-def losses(run_dir: Path) -> list[str]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [r["loss"] for r in csv.DictReader(f)]
 
 
 def fail_at_step(monkeypatch, call: int, error: BaseException) -> None:
@@ -94,7 +83,7 @@ def test_a_failed_resume_from_the_command_line_keeps_the_config(tmp_path, capsys
     err = capsys.readouterr().err
     assert "does not fit the model" in err and "Traceback" not in err
     assert cli_main(["train", "--resume", str(run), "train.epochs=4"]) == 0
-    assert len(losses(run)) == 4
+    assert len(run_losses(run)) == 4
 
 
 def test_a_resume_checks_its_epochs_and_its_checkpoint(tmp_path):
@@ -127,7 +116,7 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run(tmp_path):
         train(config(run, epochs=2))
     assert snapshot(run) == before
     summary = train(config(run, epochs=2), overwrite=True)
-    assert summary["epochs_run"] == 2 and len(losses(run)) == 2
+    assert summary["epochs_run"] == 2 and len(run_losses(run)) == 2
     assert sorted(os.listdir(run)) == sorted(
         ["config.yaml", "metrics.csv", "last.pt", "best.pt", "summary.json"]
     )
@@ -144,7 +133,7 @@ def test_the_command_line_refuses_a_run_folder_unless_told_to_overwrite(tmp_path
     assert "already holds a run" in capsys.readouterr().err
     assert snapshot(run) == before
     assert cli_main([*args, "--overwrite"]) == 0
-    assert len(losses(run)) == 3
+    assert len(run_losses(run)) == 3
 
 
 def test_compare_refuses_run_folders_before_loading_anything(tmp_path, monkeypatch):
@@ -234,11 +223,11 @@ def test_ctrl_c_after_a_checkpoint_resumes_bit_for_bit(tmp_path, monkeypatch, ev
     with pytest.raises(KeyboardInterrupt):
         train(config(run, epochs=6, checkpoint_every_s=every_s))
     monkeypatch.undo()
-    assert len(losses(run)) == kept and not list(run.glob("*.tmp"))
+    assert len(run_losses(run)) == kept and not list(run.glob("*.tmp"))
     assert checkpoint.load(run / "last.pt", torch.device("cpu"))["epoch"] == kept
     assert not (run / ".rollback").exists()
     resumed = train(config(run, epochs=6, checkpoint_every_s=every_s), resume=run)
-    assert losses(run) == losses(tmp_path / "straight")
+    assert run_losses(run) == run_losses(tmp_path / "straight")
     assert resumed["test"] == straight["test"]
 
 
@@ -263,7 +252,7 @@ def test_sigkill_mid_run_resumes_bit_for_bit(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
     assert done.returncode == -9, done.stderr.decode()
-    assert len(losses(run)) == 3
+    assert len(run_losses(run)) == 3
     resumed = train(config(run, epochs=6), resume=run)
-    assert losses(run) == losses(tmp_path / "straight")
+    assert run_losses(run) == run_losses(tmp_path / "straight")
     assert resumed["test"] == straight["test"]

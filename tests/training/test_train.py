@@ -17,24 +17,12 @@ from flashgnn.data import load_dataset
 from flashgnn.training import ConfigError, apply_overrides, load_config, resolve_config, train
 from flashgnn.training.loop import AUTO_CUDA_GRAPH_EDGES, use_cuda_graph
 from flashgnn.training.precision import RoundedMatmuls, precision_scope
-from tests.helpers import needs_gpu
+from tests.helpers import needs_gpu, read_metrics
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These graphs are too small for intra-op threads to pay off; on a busy machine two
-    OpenMP threads waiting on each other cost ten times the work itself."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_synthetic(tmp_path: Path, **train) -> dict:
@@ -44,6 +32,19 @@ def small_synthetic(tmp_path: Path, **train) -> dict:
         "train": {"epochs": 12, "progress": False, **train},
         "output": {"dir": str(tmp_path)},
     }
+
+
+def straight_and_resumed(tmp_path: Path, epochs: int, **train_keys) -> tuple[dict, dict, dict]:
+    """Summaries of ``small_synthetic`` runs: one of ``epochs`` epochs straight through (in
+    tmp_path/straight), one stopped after half of them and the same run resumed to the end
+    (both in tmp_path/resumed)."""
+    straight = train(small_synthetic(tmp_path / "straight", epochs=epochs, **train_keys))
+    first = train(small_synthetic(tmp_path / "resumed", epochs=epochs // 2, **train_keys))
+    resumed = train(
+        small_synthetic(tmp_path / "resumed", epochs=epochs, **train_keys),
+        resume=tmp_path / "resumed",
+    )
+    return straight, first, resumed
 
 
 # ---------------------------------------------------------------------------- accuracy
@@ -233,11 +234,7 @@ def test_minibatch_training_learns_the_synthetic_graph(tmp_path):
 def test_minibatch_resume_continues_exactly_where_it_stopped(tmp_path):
     """The batch order and the sampled blocks draw from the saved RNG state."""
     mini = {"batch_size": 200, "fanouts": [4, -1], "patience": None}
-    straight = train(small_synthetic(tmp_path / "straight", epochs=6, **mini))
-    train(small_synthetic(tmp_path / "resumed", epochs=3, **mini))
-    resumed = train(
-        small_synthetic(tmp_path / "resumed", epochs=6, **mini), resume=tmp_path / "resumed"
-    )
+    straight, _, resumed = straight_and_resumed(tmp_path, 6, **mini)
     assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [
         r["loss"] for r in read_metrics(tmp_path / "resumed")
     ]
@@ -256,12 +253,8 @@ def test_minibatch_on_the_gpu_learns_and_resumes_exactly(tmp_path, precision):
         "device": "cuda",
         "precision": precision,
     }
-    straight = train(small_synthetic(tmp_path / "straight", epochs=30, **mini))
+    straight, _, resumed = straight_and_resumed(tmp_path, 30, **mini)
     assert straight["test"] > 0.5 and straight["device"].startswith("cuda")
-    train(small_synthetic(tmp_path / "resumed", epochs=15, **mini))
-    resumed = train(
-        small_synthetic(tmp_path / "resumed", epochs=30, **mini), resume=tmp_path / "resumed"
-    )
     assert [r["loss"] for r in read_metrics(tmp_path / "straight")] == [
         r["loss"] for r in read_metrics(tmp_path / "resumed")
     ]
@@ -278,12 +271,8 @@ def test_minibatch_needs_one_fanout_per_graph_layer(tmp_path):
 
 # ---------------------------------------------------------------------------- resume
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
-    straight = train(small_synthetic(tmp_path / "straight", epochs=12, patience=None))
-    first = train(small_synthetic(tmp_path / "resumed", epochs=6, patience=None))
+    straight, first, resumed = straight_and_resumed(tmp_path, 12, patience=None)
     assert first["epochs_run"] == 6
-    resumed = train(
-        small_synthetic(tmp_path / "resumed", epochs=12, patience=None), resume=tmp_path / "resumed"
-    )
     assert resumed["resumed_from_epoch"] == 6 and resumed["epochs_run"] == 12
     a, b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
     assert len(b) == 12

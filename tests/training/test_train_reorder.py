@@ -4,7 +4,6 @@ the dataset's order, mini-batches of the same nodes, and a partitioned run of tw
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,18 +16,13 @@ from flashgnn.training import ConfigError, resolve_config, train
 from flashgnn.training import run_data as run_data_module
 from flashgnn.training.loop import build_configured_model, training_targets
 from flashgnn.training.ranks import Ranks
-from tests.helpers import needs_gpu
+from tests.helpers import needs_gpu, read_metrics
 
 DATASET = {"name": "synthetic", "num_nodes": 1200, "avg_degree": 8, "num_classes": 4}
 MODEL = {"name": "gcn", "hidden_feats": 16, "dropout": 0.0}  # no random masks: runs compare
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(out: Path, reorder: str, **train_keys) -> dict:
@@ -39,11 +33,6 @@ def config(out: Path, reorder: str, **train_keys) -> dict:
         "train": {"epochs": 10, "progress": False, "patience": None, **train_keys},
         "output": {"dir": str(out)},
     }
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def outputs_on_the_original_graph(run_dir: Path) -> torch.Tensor:
@@ -76,7 +65,7 @@ def test_a_reordered_run_follows_the_run_without(tmp_path, method):
     reordered = train(config(tmp_path / method, method))
     assert plain["reorder"] == "none" and plain["reorder_s"] is None
     assert reordered["reorder"] == method and reordered["reorder_s"] > 0
-    rows, new_rows = metrics(tmp_path / "none"), metrics(tmp_path / method)
+    rows, new_rows = read_metrics(tmp_path / "none"), read_metrics(tmp_path / method)
     assert len(rows) == len(new_rows) == 10
     for a, b in zip(rows, new_rows):
         assert float(b["loss"]) == pytest.approx(float(a["loss"]), rel=1e-5)
@@ -118,7 +107,7 @@ def test_a_mini_batch_run_draws_the_same_nodes(tmp_path):
     keys = {"batch_size": 200, "fanouts": [-1, -1]}  # every in-edge: no sampling draws
     train(config(tmp_path / "none", "none", **keys))
     train(config(tmp_path / "rcm", "rcm", **keys))
-    for a, b in zip(metrics(tmp_path / "none"), metrics(tmp_path / "rcm")):
+    for a, b in zip(read_metrics(tmp_path / "none"), read_metrics(tmp_path / "rcm")):
         assert float(b["loss"]) == pytest.approx(float(a["loss"]), rel=1e-5)
 
 
@@ -135,7 +124,7 @@ def test_two_ranks_on_the_reordered_graph_follow_the_one_process_run(tmp_path):
     cfg = config(tmp_path / "one", "none", device="cpu", epochs=3)
     one = train(cfg)
     two = train(config(tmp_path / "two", "rcm", device="cpu", epochs=3, devices=2))
-    for a, b in zip(metrics(tmp_path / "one"), metrics(tmp_path / "two")):
+    for a, b in zip(read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")):
         assert float(b["loss"]) == pytest.approx(float(a["loss"]), rel=1e-5)
     assert abs(one["test"] - two["test"]) <= 1e-9
     assert two["reorder"] == "rcm"
@@ -147,6 +136,6 @@ def test_a_reordered_run_on_the_gpu_follows_the_run_without(tmp_path, cuda_graph
     keys = {"device": "cuda", "cuda_graph": cuda_graph}
     plain = train(config(tmp_path / "none", "none", **keys))
     reordered = train(config(tmp_path / "rcm", "rcm", **keys))
-    for a, b in zip(metrics(tmp_path / "none"), metrics(tmp_path / "rcm")):
+    for a, b in zip(read_metrics(tmp_path / "none"), read_metrics(tmp_path / "rcm")):
         assert float(b["loss"]) == pytest.approx(float(a["loss"]), rel=1e-4)
     assert abs(plain["test"] - reordered["test"]) <= 0.01
