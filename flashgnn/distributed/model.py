@@ -42,7 +42,7 @@ from ..nn import GATConv, GCNConv
 from ..nn.gat_conv import attend
 from ..nn.graph_input import ZeroInDegreeError
 from ..ops.agnn_one_pass import one_pass_enabled
-from ..ops.gat import _fused as fused_gat
+from ..ops.gat import fused_attention
 from ..ops.precision import half_storage
 from ..precision_context import block_width, resolve_precision
 from .aggregation import Exchanges, SplitRows, aggregate, with_halo
@@ -235,7 +235,7 @@ class FullGraphModel(nn.Module):
             ft = layer.fc(self._with_halo(h))
         precision = resolve_precision(layer.precision)
         self._pattern_k, self._activation_bytes = block_width(precision), ft.element_size()
-        self._fused_attention = fused_gat(precision, self._pattern_k)
+        self._fused_attention = fused_attention(precision, self._pattern_k)
         rst, _ = attend(
             self.partition.graph,
             ft.view(ft.shape[0], heads, width),

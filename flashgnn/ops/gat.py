@@ -115,7 +115,7 @@ def _attention_backward(
     return d_scores, None
 
 
-def _fused(precision: str, k: int) -> bool:
+def fused_attention(precision: str, k: int) -> bool:
     """Whether, given the row records, the SpMMs compute GAT's attention as they stage it and
     passes of the gradient SDDMM sum the terms' gradients (no slot-sized tensor): the
     tensor-core precisions at the layers' block widths."""
@@ -278,7 +278,7 @@ def _forward_body(
     (ft_k,) = kernel_operands(precision, ft)
     # fp32 features get an fp32 result even when the kernel reads them in 16 bits
     out_fp32 = ft.dtype == torch.float32
-    staged = computes_p and _fused(precision, k)
+    staged = computes_p and fused_attention(precision, k)
     prob, row_info = _attention(pattern, er, el, slope, n_rows, k, write=not staged)
     keep = None
     if staged:
@@ -376,7 +376,7 @@ def _backward_body(
     grad_ft = grad_er = grad_el = None
     if need_ft:  # out = P' @ H: dH = P'^T @ dOut
         out_fp32 = ft_dtype == torch.float32
-        if prob is None and _fused(precision, k):  # P^T computed as the SpMM stages it
+        if prob is None and fused_attention(precision, k):  # P^T computed as the SpMM stages it
             grad_ft = spmm_tensor_core(
                 *transposed,
                 None,
@@ -402,7 +402,8 @@ def _backward_body(
             del dropped_t
     if need_er or need_el:
         # scores = er_i + el_j: d er_i sums row i of their gradient, d el_j column j
-        if prob is None and _fused(precision, k):  # neither dP nor the scores' gradient is stored
+        # fused: neither dP nor the scores' gradient is stored
+        if prob is None and fused_attention(precision, k):
             d_er, d_el = gat_softmax_backward_tensor_core(
                 pattern, transposed, grad_k, ft_k, precision, el.view(-1), row_info, slope
             )

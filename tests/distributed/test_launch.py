@@ -163,7 +163,8 @@ def test_torchrun_starts_the_ranks_and_rank_zero_reports(tmp_path):
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+        # --standalone: a free port of its own, not 29500, which another run may hold
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
         + ["-m", "flashgnn", "train", "--config", str(config)],
         capture_output=True,
         text=True,
