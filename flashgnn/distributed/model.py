@@ -247,11 +247,7 @@ class FullGraphModel(nn.Module):
             precision,
             replay=layer.replay,
         )
-        if layer.res_fc is not None:
-            rst = rst + layer.res_fc(h).view(h.shape[0], heads, width)
-        if layer.bias is not None:
-            rst = rst + layer.bias.view(1, heads, width)
-        return rst if layer.activation is None else layer.activation(rst)
+        return layer.output(rst, h)
 
     def exchange_ms(self) -> list[dict]:
         """The timed exchanges of the last forward (``time_exchanges``): per exchange its

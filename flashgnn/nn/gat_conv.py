@@ -128,16 +128,21 @@ class GATConv(nn.Module):
             get_attention,
             self.replay,
         )
-        if self.res_fc is not None:
-            h_dst = h[:n_dst] if h_dst is None else h_dst
-            rst = rst + self.res_fc(h_dst).view(n_dst, self.num_heads, self.out_feats)
-        if self.bias is not None:
-            rst = rst + self.bias.view(1, self.num_heads, self.out_feats)
-        if self.activation is not None:
-            rst = self.activation(rst)
+        rst = self.output(rst, h[:n_dst] if h_dst is None else h_dst)
         if get_attention:
             return rst, attention.unsqueeze(-1)
         return rst
+
+    def output(self, rst: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        """The layer's output [N_dst, num_heads, out_feats] from the attention's ``rst`` (same
+        shape) and the destinations' dropped input ``h_dst`` [N_dst, in_feats]: the residual,
+        the bias, then the activation."""
+        n_dst = rst.shape[0]
+        if self.res_fc is not None:
+            rst = rst + self.res_fc(h_dst).view(n_dst, self.num_heads, self.out_feats)
+        if self.bias is not None:
+            rst = rst + self.bias.view(1, self.num_heads, self.out_feats)
+        return rst if self.activation is None else self.activation(rst)
 
     def _projections(self) -> tuple[nn.Linear, nn.Linear]:
         """The Linear layers of the sources and of the destinations (``fc`` for both, unless
