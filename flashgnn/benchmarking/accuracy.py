@@ -9,9 +9,9 @@ every ``--precisions`` and as its PyG twin ("pyg": torch_geometric's GCNConv, GA
 AGNNConv in fp32, starting from the flashgnn model's weights), ``--seeds`` seeds each (train.seed
 0, 1, ...), the same data, loop and stopping rule; one row per run (test and validation
 accuracy of the epoch the rule keeps, epochs run, mean epoch time). ``--jobs N`` trains N
-series (one config in one precision, or its twin) at once in their own processes on the same
-device (epoch times then share it): on cora a run is bound by the host, so a many-core machine
-trains the nine tables in the time of the slowest series.
+runs (one config in one precision, or its twin, with one seed) at once in their own processes
+on the same device (epoch times then share it): on cora a run is bound by the host, so a
+many-core machine trains the nine tables in about the time of the slowest runs.
 ``--append`` keeps the rows of the configs not run now, so that a table is run in parts.
 
     flashgnn bench accuracy --results benchmarks/results --jobs 9
@@ -20,13 +20,12 @@ trains the nine tables in the time of the slowest series.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import sys
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -81,7 +80,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", type=int, default=10, help="runs per precision (default 10)")
     p.add_argument("--no-reference", action="store_true", help="leave out the PyG twin's rows")
     p.add_argument(
-        "--jobs", type=int, default=1, help="series (a config in one precision) trained at once"
+        "--jobs", type=int, default=1, help="runs (a config in one precision, one seed) at once"
     )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument(
@@ -115,15 +114,19 @@ def config_runs(
     reference: str | None,
     overrides: list[str],
     out_dir: Path,
+    first_seed: int = 0,
 ) -> list[AccuracyRow]:
-    """Every run of one config (``compare.compare_runs``); a config that fails becomes one
-    row with its error."""
+    """Every run of one config (``compare.compare_runs``), seeds ``first_seed`` to
+    ``first_seed + seeds - 1`` counted from the config's train.seed; a config that fails
+    becomes one row with its error."""
     from ..compare import compare_runs
     from ..training import apply_overrides, load_config, resolve_config
 
     name = path.stem
     try:
         config = apply_overrides(load_config(path), [*overrides, "train.progress=false"])
+        seed = resolve_config(config)["train"]["seed"] + first_seed
+        config = apply_overrides(config, [f"train.seed={seed}"])
         cfg = resolve_config(config)
         runs = compare_runs(config, precisions, seeds, out_dir / name, True, reference)
     except Exception as e:  # noqa: BLE001 - a config that cannot run is a row, not the end
@@ -157,37 +160,51 @@ def measure(
     done: Callable[[list[AccuracyRow]], None] | None = None,
 ) -> list[AccuracyRow]:
     """The rows of every config, in the order given (per config the reference's first, then
-    each precision's); ``jobs`` > 1 trains that many series (a config in one precision) at
-    once, each in a process of its own. ``done(rows)``, when given, sees the rows gathered so
-    far each time the next series in order has finished."""
+    each precision's, each by seed); ``jobs`` > 1 trains that many runs (a config in one
+    precision with one seed) at once, each in a process of its own. ``done(rows)``, when
+    given, sees the rows finished so far, in that order, each time a run finishes."""
     if seeds < 1 or jobs < 1:
         raise ValueError(f"--seeds and --jobs must be >= 1, got {seeds} and {jobs}")
     labels = [(None, reference)] if reference else []
     labels += [([p], None) for p in precisions]
-    args = [(p, ps or [], seeds, ref, overrides, out_dir) for p in paths for ps, ref in labels]
-    with contextlib.ExitStack() as stack:
-        if jobs == 1:
-            series = (config_runs(*a) for a in args)
-        else:
-            workers = min(jobs, len(args))
-            # each worker takes its share of the host's cores: a cora run is bound by the
-            # host, and workers of a core count's threads each slow each other down
-            pool = ProcessPoolExecutor(
-                workers,
-                mp_context=get_context("spawn"),
-                initializer=torch.set_num_threads,
-                initargs=(max(1, (os.cpu_count() or 1) // workers),),
-            )
-            series = stack.enter_context(pool).map(config_runs, *zip(*args))
-        failed = set()  # a config that cannot run fails every series alike: one row says so
-        rows = []
-        for finished in series:
-            for row in finished:
+    args = [
+        (p, ps or [], 1, ref, overrides, out_dir, i)
+        for p in paths
+        for ps, ref in labels
+        for i in range(seeds)
+    ]
+    finished: dict[int, list[AccuracyRow]] = {}
+
+    def gather(index: int, runs: list[AccuracyRow]) -> list[AccuracyRow]:
+        # a config that cannot run fails every run alike: its first error row says so
+        finished[index] = runs
+        rows, failed = [], set()
+        for i in sorted(finished):
+            for row in finished[i]:
                 if not (row.error and row.config in failed):
                     failed.update([row.config] if row.error else [])
                     rows.append(row)
-            if done is not None:
-                done(list(rows))
+        if done is not None:
+            done(list(rows))
+        return rows
+
+    rows: list[AccuracyRow] = []
+    if jobs == 1:
+        for index, a in enumerate(args):
+            rows = gather(index, config_runs(*a))
+        return rows
+    workers = min(jobs, len(args))
+    # each worker takes its share of the host's cores: a cora run is bound by the host, and
+    # workers of a core count's threads each slow each other down
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=get_context("spawn"),
+        initializer=torch.set_num_threads,
+        initargs=(max(1, (os.cpu_count() or 1) // workers),),
+    ) as pool:
+        futures = {pool.submit(config_runs, *a): index for index, a in enumerate(args)}
+        for future in as_completed(futures):
+            rows = gather(futures[future], future.result())
     return rows
 
 
@@ -276,8 +293,8 @@ def run(args) -> int:
     running = {p.stem for p in paths}
 
     def write(rows: list[AccuracyRow]) -> None:
-        """The CSV as it stands, rewritten after every series: a run cut short keeps the
-        series it finished."""
+        """The CSV as it stands, rewritten after every run: a table cut short keeps the runs
+        it finished."""
         if args.csv is None:
             return
         rows, note = kept_rows(previous, previous_env, running, rows)

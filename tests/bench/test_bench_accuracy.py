@@ -143,10 +143,11 @@ def test_append_keeps_the_other_configs_and_says_where_they_come_from(tmp_path):
 
 def test_several_jobs_give_the_rows_of_one(tmp_path):
     configs = [_config(tmp_path, "gcn"), _config(tmp_path, "gcn", "gcn-other")]
-    one = accuracy.measure(configs, ["fp32"], 1, None, ["train.device=cpu"], tmp_path / "a")
-    two = accuracy.measure(configs, ["fp32"], 1, None, ["train.device=cpu"], tmp_path / "b", 2)
-    assert [(r.config, r.test, r.val, r.best_epoch) for r in one] == [
-        (r.config, r.test, r.val, r.best_epoch) for r in two
+    one = accuracy.measure(configs, ["fp32"], 2, None, ["train.device=cpu"], tmp_path / "a")
+    two = accuracy.measure(configs, ["fp32"], 2, None, ["train.device=cpu"], tmp_path / "b", 3)
+    assert [(r.config, r.seed) for r in two] == [(c.stem, s) for c in configs for s in (0, 1)]
+    assert [(r.config, r.seed, r.test, r.val, r.best_epoch) for r in one] == [
+        (r.config, r.seed, r.test, r.val, r.best_epoch) for r in two
     ]
 
 
@@ -171,15 +172,13 @@ def test_the_runs_on_the_gpu_in_two_processes(tmp_path):
     assert table.read_environment(out)["gpu"]
 
 
-def test_each_finished_series_is_handed_on_so_a_run_cut_short_keeps_it(tmp_path):
+def test_each_finished_run_is_handed_on_so_a_table_cut_short_keeps_it(tmp_path):
     configs = [_config(tmp_path, "gcn")]
     seen = []
     rows = accuracy.measure(
         configs, ["fp32", "bf16"], 2, "pyg", ["train.device=cpu"], tmp_path, 1, seen.append
     )
-    # rows are handed on in the table's order: the twin's series, then each precision's
-    assert [[(r.impl, r.seed) for r in s] for s in seen] == [
-        [("pyg", 0), ("pyg", 1)][:n] + [(i, s) for i in ("fp32", "bf16") for s in (0, 1)][: n - 2]
-        for n in (2, 4, 6)
-    ]
+    # rows are handed on in the table's order: the twin's runs, then each precision's
+    order = [(i, s) for i in ("pyg", "fp32", "bf16") for s in (0, 1)]
+    assert [[(r.impl, r.seed) for r in s] for s in seen] == [order[:n] for n in range(1, 7)]
     assert seen[-1] == rows
