@@ -92,6 +92,9 @@ def streamed(x: Tensor, device: torch.device, dtype: torch.dtype, host: bool):
     buffers = [torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device=device) for _ in range(2)]
     copies = torch.cuda.Stream(device)
     compute = torch.cuda.current_stream(device)
+    # the buffers' memory may still be in use by work queued on the compute stream (the
+    # allocator hands it out in that stream's order): the copies start after that work
+    copies.wait_stream(compute)
     ready = [torch.cuda.Event() for _ in range(2)]
     free = [torch.cuda.Event() for _ in range(2)]
 

@@ -1,8 +1,8 @@
 """The pieces of the distributed GCN without processes, against the ops they stand for
 (float64, dense): the epilogue (projection, bias, ReLU, dropout by blocks of rows, one bit per
 element kept) against the separate ops, the projection streamed by blocks against the whole
-product, and the aggregation over own and halo sources against the dense matrices, in place
-or not."""
+product (on the GPU, its copies ordered after the work queued before them), and the
+aggregation over own and halo sources against the dense matrices, in place or not."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashgnn._torch_private import gpu_sleep
 from flashgnn.distributed import epilogue as epilogue_module
 from flashgnn.distributed import projection
 from flashgnn.distributed.aggregation import Exchanges, SplitRows, aggregate
@@ -18,6 +19,7 @@ from flashgnn.distributed.full_graph import features_on_host
 from flashgnn.distributed.projection import project
 from flashgnn.distributed.shard import local_graph, rows_of_part
 from tests.distributed.test_shard import as_dense, weighted_graph
+from tests.helpers import needs_gpu
 
 F64 = torch.float64
 
@@ -158,6 +160,21 @@ def test_projection_streamed_by_blocks_equals_the_whole_product(small_blocks):
     assert torch.allclose(whole, x @ weight, rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="take no gradient"):
         project(x.clone().requires_grad_(), weight, torch.device("cpu"), F64, True)
+
+
+@needs_gpu
+def test_host_copies_wait_for_the_work_queued_before_them():
+    """The copy buffers take memory the allocator has just taken back from a tensor that a
+    kernel still queued on the compute stream writes: the copies into them wait for it."""
+    device = torch.device("cuda")
+    x = projection.host_buffer((4096, 64), torch.float32, device)
+    x.copy_(torch.randn(4096, 64))
+    stale = torch.empty((4096, 64), device=device)  # a buffer's size: one block
+    gpu_sleep(50_000_000)  # tens of milliseconds: the copy would long be done
+    stale.fill_(7.0)
+    del stale
+    blocks = [b.clone() for _, _, b in projection.streamed(x, device, torch.float32, True)]
+    assert torch.equal(torch.cat(blocks).cpu(), x)
 
 
 @pytest.mark.parametrize("in_place", [False, True])
