@@ -2,7 +2,8 @@
 on A's pattern without an edge-sized tensor, keeping per row only the softmax's max and sum.
 
 The switch: ``flashgnn.ops.agnn_propagate`` takes this path when ``ONE_PASS`` is True, or, while
-it is None, when the environment sets FLASHGNN_AGNN_ONE_PASS=1 (off by default). On CUDA the
+it is None, when the environment sets FLASHGNN_AGNN_ONE_PASS=1 (off by default: it keeps no
+edge-sized tensor, but the three tensor-core kernels are faster; docs/TUNING.md). On CUDA the
 forward is one kernel per window segment (kernels/agnn_one_pass.cu); elsewhere (and for float64)
 ``one_pass_reference`` runs the same algorithm in torch: an online softmax over blocks of each
 row's nonzeros, the maxima and sums rescaled block after block. The backward recomputes the
