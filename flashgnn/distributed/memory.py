@@ -305,8 +305,8 @@ def attention_estimate(
     cuda: bool = True,
 ) -> dict:
     """AGNN's or GAT's estimate, as ``estimate``'s: {"persistent", "saved", "phases", "peak",
-    "peak_phase"}. ``features_halo``: the features' halo rows are kept (GAT's first layer
-    projects them when its feature dropout is off; else an evaluation left them);
+    "peak_phase"}. ``features_halo``: the features' halo rows are kept (by GAT without a
+    feature dropout, whose first layer projects them);
     ``gpu_bytes``: the GPU's memory, which bounds a block of the halo exchange (None:
     the whole width); ``cuda``: the step runs the CUDA kernels, which keep fp32 norms, row
     records and contiguous score terms, and 1-byte dropout masks; the CPU's reference keeps
@@ -488,7 +488,7 @@ def _gat_parts(s: RankSizes, m: GATLayers, features_halo: bool, cuda: bool) -> l
         width = s.dims[i + 1]
         input_bytes = s.feature_bytes if i == 0 else 4
         narrows = heads * width <= width_in
-        kept = i == 0 and features_halo and not m.feat_drop  # else kept by evaluation only
+        kept = i == 0 and features_halo and not m.feat_drop  # a dropout's rows travel
         mask = n * width_in * (1 if cuda else input_bytes) if m.feat_drop and i else 0
         if kept or not narrows:
             fc_input = src * width_in * b

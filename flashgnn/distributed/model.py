@@ -26,7 +26,8 @@ the own sources' part run while the halo rows travel; off, each block's rows arr
 The graph layers' input is the features themselves for GCN's and GAT's first layer: their
 halo rows are exchanged once and kept while ``partition.x`` is unchanged (an in-place change
 moves its version and they are exchanged again) when they fit X_HALO_MEMORY of the GPU on
-every rank (for GAT, unless its feature dropout is on: each owner draws its nodes' mask).
+every rank (for GAT, unless it has a feature dropout: each owner draws its nodes' mask, so the
+rows travel after it, in evaluation too).
 """
 
 from __future__ import annotations
@@ -223,7 +224,9 @@ class FullGraphModel(nn.Module):
             raise ValueError(f"GATConv: expected {layer.in_feats} input features, got {h.shape[1]}")
         heads, width = layer.num_heads, layer.out_feats
         dropping = layer.feat_drop.training and layer.feat_drop.p > 0
-        halo = None if dropping else self._features_halo_rows(h)
+        # with a feature dropout the training steps never use kept halo rows: kept after an
+        # evaluation, they would only hold memory through every later step
+        halo = None if layer.feat_drop.p > 0 else self._features_halo_rows(h)
         if dropping:
             h = layer.feat_drop(h)
         if halo is not None:
